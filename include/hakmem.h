@@ -1,0 +1,78 @@
+/* hakmem — a fast, lean, misuse-resistant general-purpose memory allocator.
+ *
+ * Two ways to use it:
+ *   1. Replace malloc: LD_PRELOAD=libhakmem.so, or link with -lhakmem. The standard
+ *      names (malloc, free, ..., operator new/delete) then go to hakmem.
+ *   2. Side by side: call the hak_-prefixed functions below. They behave exactly like
+ *      their standard counterparts and work whether or not malloc is replaced.
+ *
+ * Every hak_ function is thread-safe. Blocks from one family may not be freed by the
+ * other allocator's free unless malloc is replaced (then both names are the same code).
+ */
+#ifndef HAKMEM_H
+#define HAKMEM_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HAKMEM_VERSION_MAJOR 0
+#define HAKMEM_VERSION_MINOR 1
+#define HAKMEM_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define HAK_API __attribute__((visibility("default")))
+#define HAK_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
+#else
+#define HAK_API
+#define HAK_MALLOC_ATTR
+#endif
+
+/* Allocation. Sizes >= PTRDIFF_MAX, overflowing counts and exhausted memory give NULL
+ * with errno = ENOMEM. Every block is 16-byte aligned. */
+HAK_API HAK_MALLOC_ATTR void *hak_malloc(size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_calloc(size_t count, size_t size);
+HAK_API void *hak_realloc(void *p, size_t size);
+HAK_API void *hak_reallocarray(void *p, size_t count, size_t size);
+
+/* Release. NULL is ignored. An invalid or double free prints one line on stderr
+ * ("hakmem: free(): invalid pointer 0x..." / "hakmem: free(): double free 0x...")
+ * and aborts. The sized forms also check that the size fits the block. */
+HAK_API void hak_free(void *p);
+HAK_API void hak_free_sized(void *p, size_t size);
+HAK_API void hak_free_aligned_sized(void *p, size_t alignment, size_t size);
+
+/* Aligned allocation. hak_posix_memalign returns EINVAL for an alignment that is not a
+ * power of two multiple of sizeof(void*); the others return NULL with errno = EINVAL. */
+HAK_API int hak_posix_memalign(void **out, size_t alignment, size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_aligned_alloc(size_t alignment, size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_memalign(size_t alignment, size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_valloc(size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_pvalloc(size_t size);
+
+/* Introspection and control (glibc extensions). */
+HAK_API size_t hak_malloc_usable_size(void *p);
+/* Returns free memory to the OS now; 1 if memory was released, 0 if not. */
+HAK_API int hak_malloc_trim(size_t pad);
+/* Prints the statistics report (same as HAKMEM_STATS=1 at exit) to `out`. */
+HAK_API void hak_stats_print(FILE *out);
+HAK_API void hak_malloc_stats(void);
+
+/* Process-wide figures, in bytes. */
+typedef struct hak_info {
+  size_t in_use;        /* bytes in live blocks (block sizes, not requests) */
+  size_t peak_in_use;   /* highest in_use seen */
+  size_t mapped;        /* address space currently mapped by hakmem */
+  size_t committed;     /* mapped and not returned to the OS (an upper bound on RSS) */
+  size_t released;      /* bytes returned to the OS so far (purges and unmaps) */
+} hak_info_t;
+HAK_API void hak_get_info(hak_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HAKMEM_H */

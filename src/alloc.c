@@ -1,0 +1,147 @@
+/* The hak_ entry points: malloc, free, calloc, realloc and the checks that tell a block's
+ * usable size and whether a pointer is one of ours. */
+
+#include "alloc_fast.h"
+#include "hakmem.h"
+
+#include <errno.h>
+#include <string.h>
+
+hak_export void *hak_malloc(size_t n) { return fast_malloc(n); }
+
+hak_export void hak_free(void *p) { fast_free(p); }
+
+/* free() of a pointer outside every region: NULL, a huge block, libc's, or garbage. */
+void free_outside_regions(void *p, const char *fn) {
+  uintptr_t a = (uintptr_t)p;
+  switch (region_map_kind(a)) {
+  case MAP_HUGE:
+    huge_free(p, fn);
+    return;
+  case MAP_HUGE_TAIL:
+    hak_fatal_pointer("invalid pointer", fn, p);
+  default:
+    if (p != NULL) foreign_free(p, fn);
+  }
+}
+
+/* The block p points at inside a region; aborts with fn's name if p is not one. */
+static hak_slab_t *region_block_checked(void *p, const char *fn) {
+  uintptr_t a = (uintptr_t)p;
+  hak_slab_t *s = region_slab_of(a);
+  uintptr_t owner = slab_owner(s);
+  if (owner == OWNER_LARGE) {
+    if (a != s->start) hak_fatal_pointer("invalid pointer", fn, p);
+  } else if (owner == OWNER_NONE || !slab_is_block_start(s, a)) {
+    hak_fatal_pointer("invalid pointer", fn, p);
+  }
+  return s;
+}
+
+size_t block_usable_size(void *p, const char *fn) {
+  uintptr_t a = (uintptr_t)p;
+  switch (region_map_kind(a)) {
+  case MAP_REGION:
+    return region_block_checked(p, fn)->block_size;
+  case MAP_HUGE:
+    return huge_usable(p, fn);
+  case MAP_HUGE_TAIL:
+    hak_fatal_pointer("invalid pointer", fn, p);
+  default:
+    return p == NULL ? 0 : foreign_usable(p, fn);
+  }
+}
+
+hak_export size_t hak_malloc_usable_size(void *p) {
+  return block_usable_size(p, "malloc_usable_size");
+}
+
+hak_export void *hak_calloc(size_t count, size_t size) {
+  size_t total;
+  if (hak_unlikely(__builtin_mul_overflow(count, size, &total))) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (total <= MID_MAX) {
+    void *p = fast_malloc(total);
+    if (hak_likely(p != NULL)) memset(p, 0, total);
+    return p;
+  }
+  if (total >= (size_t)PTRDIFF_MAX) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (heap_get() == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return large_alloc(total, 0, true); /* fresh or purged memory is not cleared again */
+}
+
+/* Keep the block when the new size still uses at least half of it. */
+static bool fits_in_place(size_t n, size_t usable) { return n <= usable && n * 2 >= usable; }
+
+static void *realloc_move(void *p, size_t old_usable, size_t n) {
+  void *q = fast_malloc(n);
+  if (q == NULL) return NULL;
+  memcpy(q, p, old_usable < n ? old_usable : n);
+  fast_free(p);
+  return q;
+}
+
+hak_export void *hak_realloc(void *p, size_t n) {
+  if (p == NULL) return fast_malloc(n);
+  if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
+    block_usable_size(p, "realloc"); /* still report a bad pointer */
+    errno = ENOMEM;
+    return NULL;
+  }
+  uintptr_t a = (uintptr_t)p;
+  switch (region_map_kind(a)) {
+  case MAP_REGION: {
+    hak_slab_t *s = region_block_checked(p, "realloc");
+    if (n == 0) {
+      fast_free(p);
+      return NULL;
+    }
+    size_t usable = s->block_size;
+    if (fits_in_place(n, usable) || (n <= usable && usable <= 16)) return p;
+    if (slab_owner(s) == OWNER_LARGE && n > MID_MAX &&
+        large_realloc_in_place(s, p, n) != NULL)
+      return p;
+    return realloc_move(p, usable, n);
+  }
+  case MAP_HUGE: {
+    size_t usable = huge_usable(p, "realloc");
+    if (n == 0) {
+      huge_free(p, "realloc");
+      return NULL;
+    }
+    if (n > LARGE_MAX) return huge_realloc(p, n);
+    return realloc_move(p, usable, n);
+  }
+  case MAP_HUGE_TAIL:
+    hak_fatal_pointer("invalid pointer", "realloc", p);
+  default: {
+    size_t usable = foreign_usable(p, "realloc");
+    if (n == 0) {
+      foreign_free(p, "realloc");
+      return NULL;
+    }
+    void *q = fast_malloc(n);
+    if (q == NULL) return NULL;
+    memcpy(q, p, usable < n ? usable : n);
+    foreign_free(p, "realloc");
+    return q;
+  }
+  }
+}
+
+hak_export void *hak_reallocarray(void *p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return hak_realloc(p, total);
+}

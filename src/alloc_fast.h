@@ -1,0 +1,53 @@
+/* The malloc and free fast paths, inlined into every entry point that needs them.
+ *
+ * Budget (x86-64, release): malloc of <= 1 KiB is ~12 instructions with one branch on
+ * the size and one on the free list; free is ~25 with four rarely-taken branches
+ * (not a region, not the owner, not a block start, already free). Check any change
+ * with `make perfcheck` (callgrind) and the disassembly. */
+#ifndef HAKMEM_ALLOC_FAST_H
+#define HAKMEM_ALLOC_FAST_H
+
+#include "internal.h"
+
+hak_inline void *fast_malloc(size_t n) {
+  hak_heap_t *h = hak_tls_heap;
+  if (hak_likely(n <= TINY_MAX)) {
+    hak_slab_t *s = h->direct[(n + 15) >> 4];
+    hak_block_t *b = s->free;
+    if (hak_likely(b != NULL)) {
+      s->free = b->next;
+      s->used++;
+      b->free_tag = 0;
+      return b;
+    }
+  }
+  return heap_malloc_slow(n);
+}
+
+void free_outside_regions(void *p, const char *fn);
+
+hak_inline void fast_free(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (hak_likely(region_map_kind(a) == MAP_REGION)) {
+    hak_slab_t *s = region_slab_of(a);
+    hak_heap_t *h = hak_tls_heap;
+    hak_block_t *b = (hak_block_t *)p;
+    /* Owner, block start, not already free. The owner word is read plainly: only this
+     * thread can make it equal to its own heap. */
+    if (hak_likely(s->owner == (uintptr_t)h && slab_is_block_start(s, a) &&
+                   b->free_tag != (a ^ s->tag_key))) {
+      uintptr_t tag = a ^ s->tag_key;
+      b->next = s->local_free;
+      b->free_tag = tag;
+      s->local_free = b;
+      if (hak_likely(--s->used != 0)) return;
+      heap_slab_emptied(h, s);
+      return;
+    }
+    heap_free_slow(p, s);
+    return;
+  }
+  free_outside_regions(p, "free");
+}
+
+#endif

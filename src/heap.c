@@ -1,0 +1,506 @@
+/* A thread's heap: per-class queues of the slabs it owns, the malloc and free slow
+ * paths, abandoning slabs at thread exit and adopting them again, deferred work
+ * (collecting remote frees, purging) and trimming. */
+
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* The empty slab and heap make "no heap yet" look like "free list empty": the fast
+ * path needs no initialisation check. */
+hak_slab_t hak_slab_empty = {.owner = OWNER_NONE};
+hak_heap_t hak_heap_empty = {.direct = {[0 ... DIRECT_SLOTS - 1] = &hak_slab_empty}};
+__thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+
+pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+hak_heap_t *heaps_all;
+static hak_heap_t *heaps_pool;
+static char *heaps_chunk;
+static size_t heaps_chunk_left;
+
+/* Slabs whose owner exited while blocks were live, per class; under region_lock. */
+static hak_slab_queue_t abandoned[NUM_CLASSES];
+
+/* How often a heap looks at its full slabs and the purge clock, at most. */
+#define DEFERRED_PERIOD_MS 10
+/* Full slabs inspected for remote frees before a new slab is taken. */
+#define FULL_SCAN_LIMIT 8
+
+/* ---- queues ------------------------------------------------------------------- */
+static void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
+  s->prev = NULL;
+  s->next = q->head;
+  if (q->head) q->head->prev = s;
+  else q->tail = s;
+  q->head = s;
+  q->count++;
+}
+
+static void queue_push_back(hak_slab_queue_t *q, hak_slab_t *s) {
+  s->next = NULL;
+  s->prev = q->tail;
+  if (q->tail) q->tail->next = s;
+  else q->head = s;
+  q->tail = s;
+  q->count++;
+}
+
+static void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
+  if (s->prev) s->prev->next = s->next;
+  else q->head = s->next;
+  if (s->next) s->next->prev = s->prev;
+  else q->tail = s->prev;
+  s->next = s->prev = NULL;
+  q->count--;
+}
+
+static void heap_release_slab(hak_heap_t *h, hak_slab_t *s);
+
+/* The head of each class queue is the slab the fast path allocates from. It carries a
+ * pin, one extra count in `used`, so freeing its last block never leaves the fast path:
+ * a thread that mallocs and frees one block over and over stays there. Call this after
+ * anything that may change a queue's head. */
+static void heap_head_changed(hak_heap_t *h, uint32_t c) {
+  hak_slab_queue_t *q = &h->queue[c];
+  hak_slab_t *head = q->head, *old = h->pinned[c];
+  if (old != head) {
+    if (head) head->used++;
+    h->pinned[c] = head;
+    if (old && --old->used == 0) { /* emptied while pinned: it is still queued */
+      queue_remove(q, old);
+      heap_release_slab(h, old);
+    }
+  }
+  if (c < TINY_CLASSES) { /* point the fast path's direct slots at the head */
+    hak_slab_t *d = head ? head : &hak_slab_empty;
+    size_t lo = c == 0 ? 0 : class_size[c - 1] / 16 + 1;
+    size_t hi = class_size[c] / 16;
+    for (size_t i = lo; i <= hi; i++) h->direct[i] = d;
+  }
+}
+
+/* Drops the pin of class c (before the heap gives its slabs away). */
+static void heap_unpin(hak_heap_t *h, uint32_t c) {
+  if (h->pinned[c]) h->pinned[c]->used--;
+  h->pinned[c] = NULL;
+}
+
+/* ---- heap life cycle ---------------------------------------------------------------- */
+static hak_heap_t *heap_struct_alloc(void) {
+  hak_heap_t *h = NULL;
+  pthread_mutex_lock(&heaps_lock);
+  if (heaps_pool) {
+    h = heaps_pool;
+    heaps_pool = h->pool_next;
+  } else {
+    size_t sz = (sizeof(hak_heap_t) + 63) & ~(size_t)63;
+    if (heaps_chunk_left < sz) {
+      size_t chunk = 64 * sz;
+      heaps_chunk = os_map(chunk);
+      heaps_chunk_left = heaps_chunk ? chunk : 0;
+    }
+    if (heaps_chunk_left >= sz) {
+      h = (hak_heap_t *)heaps_chunk;
+      heaps_chunk += sz;
+      heaps_chunk_left -= sz;
+    }
+  }
+  if (h) {
+    memset(h, 0, sizeof *h);
+    h->all_next = heaps_all;
+    if (heaps_all) heaps_all->all_prev = h;
+    heaps_all = h;
+  }
+  pthread_mutex_unlock(&heaps_lock);
+  return h;
+}
+
+static void heap_struct_free(hak_heap_t *h) {
+  pthread_mutex_lock(&heaps_lock);
+  if (h->all_prev) h->all_prev->all_next = h->all_next;
+  else heaps_all = h->all_next;
+  if (h->all_next) h->all_next->all_prev = h->all_prev;
+  h->pool_next = heaps_pool;
+  heaps_pool = h;
+  pthread_mutex_unlock(&heaps_lock);
+}
+
+hak_heap_t *heap_get(void) {
+  hak_heap_t *h = hak_tls_heap;
+  if (hak_likely(h != &hak_heap_empty)) return h;
+  hak_process_init();
+  h = hak_tls_heap; /* initialisation may have allocated, and so made the heap */
+  if (h != &hak_heap_empty) return h;
+  h = heap_struct_alloc();
+  if (h == NULL) return NULL;
+  for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
+  h->thread_id = (uint64_t)pthread_self();
+  hak_tls_heap = h;
+  atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
+  /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
+  if (hak_key_ready) pthread_setspecific(hak_thread_key, h);
+  return h;
+}
+
+/* ---- slabs coming and going ------------------------------------------------------ */
+static void release_span_locked(hak_slab_t *s, uint64_t now) { region_free_span(s, now); }
+
+static void heap_release_slab(hak_heap_t *h, hak_slab_t *s) {
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&region_lock);
+  release_span_locked(s, now);
+  pthread_mutex_unlock(&region_lock);
+  h->stat_slabs_released++;
+}
+
+/* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c: empty ones go back to
+ * their region, the first with a free block becomes h's. Caller holds region_lock. */
+#define ABANDONED_SCAN_LIMIT 16
+static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c, uint64_t now) {
+  hak_slab_t *s = abandoned[c].head;
+  for (int i = 0; s != NULL && i < ABANDONED_SCAN_LIMIT; i++) {
+    hak_slab_t *next = s->next;
+    slab_collect(s);
+    if (s->used == 0) {
+      queue_remove(&abandoned[c], s);
+      release_span_locked(s, now);
+    } else if (s->free != NULL || s->capacity < s->reserved) {
+      queue_remove(&abandoned[c], s);
+      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+      atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
+      return s;
+    }
+    s = next;
+  }
+  return NULL;
+}
+
+static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
+  /* 1. A full slab of ours that other threads have freed into. */
+  hak_slab_queue_t *full = &h->full[c];
+  hak_slab_t *s = full->head;
+  for (int i = 0; s != NULL && i < FULL_SCAN_LIMIT; i++) {
+    hak_slab_t *next = s->next;
+    if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
+      queue_remove(full, s);
+      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+      slab_collect(s);
+      h->stat_remote_collected++;
+      return s;
+    }
+    /* Rotate so that the next scan looks at other slabs. */
+    queue_remove(full, s);
+    queue_push_back(full, s);
+    s = next;
+  }
+  /* 2. An abandoned slab of this class; 3. a new span. */
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&region_lock);
+  s = adopt_locked(h, c, now);
+  if (s == NULL) {
+    bool zeroed;
+    s = region_alloc_span(class_units[c], &zeroed);
+    if (s) slab_init(s, c, (uintptr_t)h);
+  }
+  pthread_mutex_unlock(&region_lock);
+  if (s) h->stat_slabs_acquired++;
+  if (s) stats_note_in_use();
+  return s;
+}
+
+static void heap_deferred(hak_heap_t *h, uint64_t now);
+
+/* The refill path: the current slab of class c has nothing on its free list. */
+void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
+  hak_slab_queue_t *q = &h->queue[c];
+  hak_slab_t *s;
+  h->stat_refills[c]++;
+  for (;;) {
+    s = q->head;
+    if (s == NULL) {
+      s = heap_new_slab(h, c);
+      if (s == NULL) {
+        errno = ENOMEM;
+        return NULL;
+      }
+      queue_push_front(q, s);
+      break;
+    }
+    if (s->free) break;
+    slab_collect(s);
+    if (s->free || slab_extend(s)) break;
+    /* Nothing left: park it on the full list until a free arrives. */
+    queue_remove(q, s);
+    queue_push_back(&h->full[c], s);
+    __atomic_store_n(&s->owner, (uintptr_t)h | SLAB_FULL, __ATOMIC_RELEASE);
+  }
+  if (s->free == NULL && !slab_extend(s)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  heap_head_changed(h, c);
+  hak_block_t *b = s->free;
+  s->free = b->next;
+  s->used++;
+  b->free_tag = 0;
+  return b;
+}
+
+/* Every SWAP_CHECK_EVERY-th refill from local frees also looks at the clock for
+ * deferred work, so a thread living on its own frees still purges and collects. */
+#define SWAP_CHECK_EVERY 16
+
+static void *heap_malloc_generic(size_t n);
+
+void *heap_malloc_slow(size_t n) {
+  hak_heap_t *h = hak_tls_heap;
+  if (hak_likely(n <= TINY_MAX)) {
+    /* The common refill: the owner's own frees become the allocation list. */
+    hak_slab_t *s = h->direct[(n + 15) >> 4];
+    hak_block_t *b = s->local_free;
+    if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
+      s->free = b->next;
+      s->local_free = NULL;
+      s->used++;
+      b->free_tag = 0;
+      return b;
+    }
+  }
+  return heap_malloc_generic(n);
+}
+
+static hak_noinline void *heap_malloc_generic(size_t n) {
+  hak_heap_t *h = heap_get();
+  if (hak_unlikely(h == NULL)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  uint64_t now = os_now_ms();
+  if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
+  if (n <= MID_MAX) {
+    uint32_t c = size_to_class(n);
+    hak_slab_t *s = h->queue[c].head;
+    if (s != NULL && s->free != NULL) { /* mid sizes: the fast path, one level out */
+      hak_block_t *b = s->free;
+      s->free = b->next;
+      s->used++;
+      b->free_tag = 0;
+      return b;
+    }
+    return heap_alloc_class(h, c);
+  }
+  return large_alloc(n, 0, false);
+}
+
+/* ---- the free slow path -------------------------------------------------------------- */
+void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
+  /* Never the queue head: the pin keeps its count above zero. */
+  queue_remove(&h->queue[s->class_idx], s);
+  heap_release_slab(h, s);
+}
+
+void heap_free_slow(void *p, hak_slab_t *s) {
+  uintptr_t a = (uintptr_t)p;
+  uintptr_t owner = slab_owner(s);
+  if (owner == OWNER_LARGE) {
+    large_free(s, p);
+    return;
+  }
+  if (owner == OWNER_NONE || !slab_is_block_start(s, a))
+    hak_fatal_pointer("invalid pointer", "free", p);
+  hak_heap_t *h = hak_tls_heap;
+  hak_block_t *b = p;
+  uintptr_t tag = free_tag_of(a);
+  bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
+  if (b->free_tag == tag) {
+    /* Only the owner can walk the lists; another thread trusts the 64-bit tag. */
+    if (!mine || slab_contains_free(s, b)) hak_fatal_pointer("double free", "free", p);
+  }
+  if (!mine) {
+    b->free_tag = tag;
+    slab_remote_push(s, b);
+    return;
+  }
+  b->next = s->local_free;
+  b->free_tag = tag;
+  s->local_free = b;
+  s->used--;
+  if (owner & SLAB_FULL) { /* it has room again: back to the class queue */
+    uint32_t c = s->class_idx;
+    queue_remove(&h->full[c], s);
+    queue_push_back(&h->queue[c], s);
+    __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+    heap_head_changed(h, c);
+  }
+  if (s->used == 0) heap_slab_emptied(h, s);
+}
+
+/* ---- deferred work, trimming, thread exit ------------------------------------------- */
+
+/* Full slabs with remote frees go back to their queue; empty ones to the region. */
+static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
+  size_t released = 0;
+  hak_slab_t *s = h->full[c].head;
+  while (s != NULL) {
+    hak_slab_t *next = s->next;
+    if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
+      queue_remove(&h->full[c], s);
+      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+      slab_collect(s);
+      h->stat_remote_collected++;
+      if (s->used == 0) {
+        heap_release_slab(h, s);
+        released += (size_t)s->units * UNIT_SIZE;
+      } else {
+        queue_push_back(&h->queue[c], s);
+      }
+    }
+    s = next;
+  }
+  heap_head_changed(h, c);
+  return released;
+}
+
+/* Abandoned slabs whose blocks were all freed by other threads go back to regions.
+ * Caller holds region_lock. */
+static void sweep_abandoned_locked(uint64_t now) {
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    hak_slab_t *s = abandoned[c].head;
+    while (s != NULL) {
+      hak_slab_t *next = s->next;
+      if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
+        slab_collect(s);
+        if (s->used == 0) {
+          queue_remove(&abandoned[c], s);
+          release_span_locked(s, now);
+        }
+      }
+      s = next;
+    }
+  }
+}
+
+static void heap_deferred(hak_heap_t *h, uint64_t now) {
+  h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
+  for (uint32_t c = 0; c < NUM_CLASSES; c++)
+    if (h->full[c].head) heap_collect_full(h, c);
+  if (pthread_mutex_trylock(&region_lock) == 0) {
+    sweep_abandoned_locked(now);
+    region_purge(now, hak_opt.purge_delay_ms, false);
+    pthread_mutex_unlock(&region_lock);
+  }
+}
+
+size_t heap_collect(hak_heap_t *h, bool release_all) {
+  size_t released = 0;
+  if (h != &hak_heap_empty) {
+    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+      released += heap_collect_full(h, c);
+      if (release_all) heap_unpin(h, c);
+      hak_slab_t *s = h->queue[c].head;
+      while (s != NULL) {
+        hak_slab_t *next = s->next;
+        slab_collect(s);
+        if (s->used == 0) {
+          queue_remove(&h->queue[c], s);
+          released += (size_t)s->units * UNIT_SIZE;
+          heap_release_slab(h, s);
+        }
+        s = next;
+      }
+      heap_head_changed(h, c);
+    }
+  }
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&region_lock);
+  sweep_abandoned_locked(now);
+  released += region_purge(now, 0, true);
+  pthread_mutex_unlock(&region_lock);
+  return released;
+}
+
+/* Gives every slab of h away: empty ones to their region, the rest to the abandoned
+ * lists where a free from any thread, a sweep or another heap's refill finds them. */
+static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    heap_unpin(h, c);
+    hak_slab_queue_t *lists[2] = {&h->queue[c], &h->full[c]};
+    for (int l = 0; l < 2; l++) {
+      hak_slab_t *s;
+      while ((s = lists[l]->head) != NULL) {
+        queue_remove(lists[l], s);
+        slab_collect(s);
+        if (s->used == 0) {
+          release_span_locked(s, now);
+        } else {
+          __atomic_store_n(&s->owner, OWNER_ABANDONED, __ATOMIC_RELEASE);
+          queue_push_back(&abandoned[c], s);
+        }
+      }
+    }
+  }
+}
+
+void heap_abandon(hak_heap_t *h) {
+  if (h == NULL || h == &hak_heap_empty) return;
+  hak_tls_heap = &hak_heap_empty;
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&region_lock);
+  heap_release_all_locked(h, now);
+  sweep_abandoned_locked(now);
+  pthread_mutex_unlock(&region_lock);
+  atomic_fetch_add_explicit(&hak_gstats.heaps_abandoned, 1, memory_order_relaxed);
+  heap_struct_free(h);
+}
+
+/* In a forked child only the forking thread survives: the other heaps' slabs become
+ * abandoned so their blocks can still be freed and their space reused. */
+void heap_atfork_child(void) {
+  hak_heap_t *mine = hak_tls_heap;
+  uint64_t now = os_now_ms();
+  hak_heap_t *h = heaps_all;
+  while (h != NULL) {
+    hak_heap_t *next = h->all_next;
+    if (h != mine) {
+      heap_release_all_locked(h, now);
+      if (h->all_prev) h->all_prev->all_next = h->all_next;
+      else heaps_all = h->all_next;
+      if (h->all_next) h->all_next->all_prev = h->all_prev;
+      h->pool_next = heaps_pool;
+      heaps_pool = h;
+    }
+    h = next;
+  }
+}
+
+/* ---- statistics walk ------------------------------------------------------------ */
+static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint32_t c,
+                       uint64_t *used, uint64_t *slabs) {
+  size_t limit = q->count + 1;
+  for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next) {
+    used[c] += s->used - (s == pinned);
+    slabs[c]++;
+  }
+}
+
+/* Figures for the report. Other threads keep running, so they are a snapshot, not an
+ * exact count; region_lock keeps every descriptor the walk can reach mapped. */
+void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]) {
+  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return;
+  pthread_mutex_lock(&heaps_lock);
+  pthread_mutex_lock(&region_lock);
+  for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
+    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+      walk_queue(&h->queue[c], h->pinned[c], c, used, slabs);
+      walk_queue(&h->full[c], h->pinned[c], c, used, slabs);
+    }
+  }
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) walk_queue(&abandoned[c], NULL, c, used, slabs);
+  pthread_mutex_unlock(&region_lock);
+  pthread_mutex_unlock(&heaps_lock);
+}

@@ -1,0 +1,74 @@
+/* Process and thread life cycle: one-time set-up (which may run from the dynamic
+ * loader, a constructor, or recursively from a call it makes), the thread-exit hook,
+ * fork handlers and the exit report. */
+
+#include "internal.h"
+
+#include <sched.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+_Atomic int hak_init_state; /* 0 not started, 1 running, 2 done */
+static _Atomic long init_thread;
+pthread_key_t hak_thread_key;
+bool hak_key_ready;
+
+static void thread_exit(void *arg) { heap_abandon((hak_heap_t *)arg); }
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&heaps_lock);
+  pthread_mutex_lock(&region_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&region_lock);
+  pthread_mutex_unlock(&heaps_lock);
+}
+
+static void fork_child(void) {
+  pthread_mutex_init(&region_lock, NULL);
+  pthread_mutex_init(&heaps_lock, NULL);
+  heap_atfork_child();
+}
+
+static uintptr_t random_word(void) {
+  uintptr_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != sizeof v) {
+    unsigned lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    v = ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&v ^ ((uintptr_t)getpid() << 17);
+  }
+  return v | 1; /* never zero, so a zeroed word is never a valid free tag */
+}
+
+void hak_process_init(void) {
+  if (hak_likely(atomic_load_explicit(&hak_init_state, memory_order_acquire) == 2)) return;
+  long me = (long)syscall(SYS_gettid);
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&hak_init_state, &expected, 1)) {
+    /* Someone else is initialising. If it is us (a recursive call from the set-up
+     * below), the core is already usable; otherwise wait for them. */
+    if (atomic_load(&init_thread) == me) return;
+    while (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) sched_yield();
+    return;
+  }
+  atomic_store(&init_thread, me);
+  options_init();
+  size_class_init();
+  hak_cookie = random_word();
+  /* Both calls may allocate; they find the core ready and this thread's heap made. */
+  if (pthread_key_create(&hak_thread_key, thread_exit) == 0) hak_key_ready = true;
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  atomic_store_explicit(&hak_init_state, 2, memory_order_release);
+}
+
+__attribute__((constructor)) static void hak_constructor(void) {
+  heap_get();
+  if (hak_key_ready && hak_tls_heap != &hak_heap_empty)
+    pthread_setspecific(hak_thread_key, hak_tls_heap);
+}
+
+__attribute__((destructor)) static void hak_destructor(void) {
+  if (hak_opt.stats) stats_print(stderr);
+}

@@ -1,0 +1,157 @@
+/* Cross-file internal interface. Every name here is hidden from the library's users. */
+#ifndef HAKMEM_INTERNAL_H
+#define HAKMEM_INTERNAL_H
+
+#include "types.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#pragma GCC visibility push(hidden)
+
+/* ---- os.c: the only file that talks to the kernel about memory ------------------ */
+void *os_map(size_t size);                       /* NULL on failure */
+void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
+void os_unmap(void *p, size_t size);
+void os_purge(void *p, size_t size);             /* give pages back; they read as zero */
+void os_set_huge_pages(void *p, size_t size, bool enable);
+void *os_remap(void *old, size_t old_size, size_t new_size); /* may move; NULL if not */
+size_t os_page_size(void);
+uint64_t os_now_ms(void);
+void os_write_stderr(const char *msg, size_t len);
+
+/* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
+typedef struct hak_options {
+  long purge_delay_ms;  /* HAKMEM_PURGE_DELAY_MS: 0 at once, -1 never */
+  long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
+  bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
+  bool stats;           /* HAKMEM_STATS: print a report at exit */
+  bool verbose;         /* HAKMEM_VERBOSE: report option values and warnings */
+} hak_options_t;
+extern hak_options_t hak_opt;
+void options_init(void);
+
+/* ---- size_class.c -------------------------------------------------------------- */
+extern uint32_t class_size[NUM_CLASSES];
+extern uint8_t class_units[NUM_CLASSES];
+extern uint8_t class_of_direct[DIRECT_SLOTS];
+extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned to this */
+void size_class_init(void);
+
+hak_inline uint32_t size_to_class(size_t n) {
+  if (n <= TINY_MAX) return class_of_direct[(n + 15) >> 4];
+  size_t m = n - 1;
+  unsigned bit = 63u - (unsigned)__builtin_clzl(m);
+  return (uint32_t)(TINY_CLASSES + (bit - 10) * 4 + ((m >> (bit - 2)) & 3));
+}
+
+/* ---- region.c ------------------------------------------------------------------ */
+extern uint8_t region_map[REGION_MAP_ENTRIES];
+extern hak_slab_t region_free_unit_slab; /* what the unit map shows for unused units */
+extern pthread_mutex_t region_lock;
+
+hak_inline hak_region_t *region_of(uintptr_t a) {
+  return (hak_region_t *)(a & ~(uintptr_t)REGION_MASK);
+}
+hak_inline hak_slab_t *region_slab_of(uintptr_t a) {
+  return region_of(a)->unit_map[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)];
+}
+hak_inline unsigned region_map_kind(uintptr_t a) {
+  uintptr_t i = a >> REGION_SHIFT;
+  if (hak_unlikely(i >= REGION_MAP_ENTRIES)) return MAP_NONE;
+  return region_map[i];
+}
+/* Is a the start of a block of s? (offset divisible by the size, by multiplication) */
+hak_inline bool slab_is_block_start(const hak_slab_t *s, uintptr_t a) {
+  return a * s->div_magic - s->start_magic < s->div_magic;
+}
+hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
+  return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
+}
+hak_inline uintptr_t slab_base(const hak_slab_t *s) {
+  return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
+}
+
+/* Span allocation; the caller holds region_lock. Returns the span's descriptor with
+ * units/unit_idx set and the unit map pointing at it, or NULL when out of memory. */
+hak_slab_t *region_alloc_span(size_t units, bool *zeroed);
+void region_free_span(hak_slab_t *s, uint64_t now_ms);
+/* Purge free spans freed before now - delay (delay 0: all). Caller holds region_lock.
+ * Returns the bytes given back. */
+size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions);
+size_t region_grow_span(hak_slab_t *s, size_t new_units); /* in place, or 0 */
+void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
+
+/* ---- slab.c -------------------------------------------------------------------- */
+void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
+bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
+uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
+bool slab_contains_free(hak_slab_t *s, hak_block_t *b); /* walks the lists */
+void slab_remote_push(hak_slab_t *s, hak_block_t *b);
+extern uintptr_t hak_cookie;
+
+hak_inline uintptr_t free_tag_of(uintptr_t a) { return a ^ hak_cookie; } /* == a ^ s->tag_key */
+
+/* ---- heap.c -------------------------------------------------------------------- */
+extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+extern hak_heap_t hak_heap_empty;
+extern hak_slab_t hak_slab_empty;
+extern pthread_mutex_t heaps_lock;
+extern hak_heap_t *heaps_all;
+
+hak_heap_t *heap_get(void);              /* this thread's heap, created on first use */
+void *heap_malloc_slow(size_t n);        /* everything the fast path does not finish */
+void heap_free_slow(void *p, hak_slab_t *s);
+void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);
+void heap_abandon(hak_heap_t *h);        /* thread exit */
+size_t heap_collect(hak_heap_t *h, bool release_all); /* trim this thread's heap */
+void heap_atfork_child(void);
+void *heap_alloc_class(hak_heap_t *h, uint32_t c);
+
+/* ---- large.c: large spans and huge mappings --------------------------------------- */
+void *large_alloc(size_t n, size_t align, bool zero);
+void large_free(hak_slab_t *s, void *p);
+size_t large_usable(const hak_slab_t *s, const void *p);
+void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */
+void *huge_alloc(size_t n, size_t align);
+void huge_free(void *p, const char *who);
+size_t huge_usable(const void *p, const char *who);
+void *huge_realloc(void *p, size_t n);
+extern _Atomic size_t huge_mapped_bytes;
+
+/* ---- foreign.c: pointers that are not ours ------------------------------------ */
+_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
+_Noreturn void hak_fatal(const char *msg);
+/* A pointer not in any region: NULL, a libc block, or garbage. */
+void foreign_free(void *p, const char *fn);
+size_t foreign_usable(const void *p, const char *fn);
+
+/* ---- stats.c -------------------------------------------------------------------- */
+typedef struct hak_global_stats {
+  _Atomic size_t region_bytes;   /* mapped in regions */
+  _Atomic size_t purged_bytes;   /* cumulative, given back */
+  _Atomic size_t released_bytes; /* cumulative, regions and huge unmapped */
+  _Atomic size_t committed_est;  /* region bytes that may be resident */
+  _Atomic size_t peak_in_use;
+  _Atomic size_t large_in_use;
+  _Atomic uint64_t large_allocs, huge_allocs;
+  _Atomic uint64_t heaps_created, heaps_abandoned, slabs_adopted;
+} hak_global_stats_t;
+extern hak_global_stats_t hak_gstats;
+void stats_note_in_use(void); /* recompute peak on slow paths */
+void stats_print(FILE *out);
+
+/* ---- init.c ---------------------------------------------------------------------- */
+void hak_process_init(void);
+extern _Atomic int hak_init_state;
+extern pthread_key_t hak_thread_key;
+extern bool hak_key_ready;
+
+#pragma GCC visibility pop
+
+#define HAK_ASSERT(cond)                                                              \
+  do {                                                                                \
+    if (HAKMEM_DEBUG && hak_unlikely(!(cond))) hak_fatal("assertion failed: " #cond); \
+  } while (0)
+
+#endif

@@ -1,0 +1,216 @@
+/* Large blocks (> 128 KiB, up to a region's 511 free units): a span of units holding one
+ * block, allocated and freed under region_lock and purged with the other free units.
+ * Huge blocks (larger still): a mapping of their own, given back to the OS at free. */
+
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define LARGE_CLASS NUM_CLASSES /* class_idx of a large span */
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
+
+void *large_alloc(size_t n, size_t align, bool zero) {
+  if (align < 16) align = 16;
+  size_t slack = align > UNIT_SIZE ? align - UNIT_SIZE : 0;
+  if (n > LARGE_MAX || n + slack > LARGE_MAX) {
+    void *p = huge_alloc(n, align);
+    return p; /* huge mappings are fresh, hence zero */
+  }
+  size_t units = round_up(n + slack, UNIT_SIZE) >> UNIT_SHIFT;
+  if (units == 0) units = 1;
+  bool zeroed;
+  pthread_mutex_lock(&region_lock);
+  hak_slab_t *s = region_alloc_span(units, &zeroed);
+  pthread_mutex_unlock(&region_lock);
+  if (s == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  uintptr_t base = slab_base(s);
+  uintptr_t p = round_up(base, align);
+  s->class_idx = LARGE_CLASS;
+  s->start = p;
+  s->block_size = (uint32_t)(base + units * UNIT_SIZE - p);
+  s->div_magic = 0;
+  s->used = 1;
+  s->aux = n;
+  __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
+  atomic_fetch_add_explicit(&hak_gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.large_allocs, 1, memory_order_relaxed);
+  stats_note_in_use();
+  if (zero && !zeroed) memset((void *)p, 0, n);
+  return (void *)p;
+}
+
+void large_free(hak_slab_t *s, void *p) {
+  if ((uintptr_t)p != s->start) hak_fatal_pointer("invalid pointer", "free", p);
+  uint64_t now = os_now_ms();
+  size_t bytes = (size_t)s->units * UNIT_SIZE;
+  pthread_mutex_lock(&region_lock);
+  /* Check again under the lock: two threads freeing the same block race here. */
+  if (slab_owner(s) != OWNER_LARGE) {
+    pthread_mutex_unlock(&region_lock);
+    hak_fatal_pointer("double free", "free", p);
+  }
+  region_free_span(s, now);
+  pthread_mutex_unlock(&region_lock);
+  atomic_fetch_sub_explicit(&hak_gstats.large_in_use, bytes, memory_order_relaxed);
+}
+
+size_t large_usable(const hak_slab_t *s, const void *p) {
+  if ((uintptr_t)p != s->start) return 0;
+  return s->block_size;
+}
+
+/* Resize without moving: shrink by giving back tail units, grow over free neighbours. */
+void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
+  uintptr_t base = slab_base(s);
+  size_t head = (uintptr_t)p - base;
+  size_t units = round_up(head + n, UNIT_SIZE) >> UNIT_SHIFT;
+  if (n > LARGE_MAX || units > REGION_MAX_SPAN_UNITS) return NULL;
+  if (units == s->units) return p;
+  size_t old_bytes = (size_t)s->units * UNIT_SIZE;
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&region_lock);
+  bool ok = true;
+  if (units < s->units) region_shrink_span(s, units, now);
+  else ok = region_grow_span(s, units) != 0;
+  pthread_mutex_unlock(&region_lock);
+  if (!ok) return NULL;
+  s->block_size = (uint32_t)((size_t)s->units * UNIT_SIZE - head);
+  s->aux = n;
+  size_t new_bytes = (size_t)s->units * UNIT_SIZE;
+  if (new_bytes > old_bytes)
+    atomic_fetch_add_explicit(&hak_gstats.large_in_use, new_bytes - old_bytes, memory_order_relaxed);
+  else
+    atomic_fetch_sub_explicit(&hak_gstats.large_in_use, old_bytes - new_bytes, memory_order_relaxed);
+  return p;
+}
+
+/* ---- huge ------------------------------------------------------------------------ */
+#define HUGE_MAGIC 0x68616b6d656d4847ull /* "hakmemHG" */
+#define HUGE_HEADER 64
+
+typedef struct huge_header {
+  uint64_t magic;
+  uintptr_t user;     /* the pointer handed out */
+  uintptr_t base;     /* the mapping */
+  size_t map_size;
+  size_t size;        /* requested */
+} huge_header_t;
+
+_Atomic size_t huge_mapped_bytes;
+
+/* The header sits at the start of the region-sized chunk holding the byte before the
+ * user pointer; it is always inside the mapping, whatever the alignment. */
+static huge_header_t *huge_header_of(uintptr_t p) {
+  return (huge_header_t *)((p - 1) & ~(uintptr_t)REGION_MASK);
+}
+
+static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t kind_tail) {
+  for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE)
+    region_map[c >> REGION_SHIFT] = kind_tail;
+  if (kind_tail != MAP_NONE) region_map[user >> REGION_SHIFT] = MAP_HUGE;
+}
+
+void *huge_alloc(size_t n, size_t align) {
+  if (align < 16) align = 16;
+  size_t off = round_up(HUGE_HEADER, align);
+  if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  /* Whole chunks, so no foreign mapping ever shares one with a huge block. */
+  size_t map_size = round_up(off + n, REGION_SIZE);
+  uintptr_t base = (uintptr_t)os_map_aligned(map_size, REGION_SIZE);
+  if (base == 0 || ((base + map_size - 1) >> ADDRESS_BITS) != 0) {
+    if (base) os_unmap((void *)base, map_size);
+    errno = ENOMEM;
+    return NULL;
+  }
+  uintptr_t user = base + off;
+  huge_header_t *h = huge_header_of(user);
+  h->magic = HUGE_MAGIC;
+  h->user = user;
+  h->base = base;
+  h->map_size = map_size;
+  h->size = n;
+  huge_mark(base, map_size, user, MAP_HUGE_TAIL);
+  atomic_fetch_add_explicit(&huge_mapped_bytes, map_size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.huge_allocs, 1, memory_order_relaxed);
+  stats_note_in_use();
+  return (void *)user;
+}
+
+static huge_header_t *huge_checked(const void *p, const char *who) {
+  huge_header_t *h = huge_header_of((uintptr_t)p);
+  if (h->magic != HUGE_MAGIC || h->user != (uintptr_t)p) hak_fatal_pointer("invalid pointer", who, p);
+  return h;
+}
+
+void huge_free(void *p, const char *who) {
+  huge_header_t *h = huge_checked(p, who);
+  uintptr_t base = h->base;
+  size_t map_size = h->map_size;
+  h->magic = 0;
+  huge_mark(base, map_size, 0, MAP_NONE);
+  os_unmap((void *)base, map_size);
+  atomic_fetch_sub_explicit(&huge_mapped_bytes, map_size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.released_bytes, map_size, memory_order_relaxed);
+}
+
+size_t huge_usable(const void *p, const char *who) {
+  huge_header_t *h = huge_checked(p, who);
+  return h->base + h->map_size - h->user;
+}
+
+/* Grows or shrinks a huge block by remapping its pages, never by copying them. */
+void *huge_realloc(void *p, size_t n) {
+  huge_header_t *h = huge_checked(p, "realloc");
+  size_t off = h->user - h->base;
+  if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t new_size = round_up(off + n, REGION_SIZE);
+  uintptr_t base = h->base, old_size = h->map_size;
+  if (new_size == old_size) {
+    h->size = n;
+    return p;
+  }
+  if (new_size < old_size) {
+    huge_mark(base + new_size, old_size - new_size, 0, MAP_NONE);
+    os_unmap((void *)(base + new_size), old_size - new_size);
+    h->map_size = new_size;
+    h->size = n;
+    atomic_fetch_sub_explicit(&huge_mapped_bytes, old_size - new_size, memory_order_relaxed);
+    return p;
+  }
+  void *target = mremap((void *)base, old_size, new_size, 0);
+  if (target == MAP_FAILED) {
+    void *fresh = os_map_aligned(new_size, REGION_SIZE);
+    if (fresh == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    target = mremap((void *)base, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fresh);
+    if (target == MAP_FAILED) {
+      os_unmap(fresh, new_size);
+      errno = ENOMEM;
+      return NULL;
+    }
+    huge_mark(base, old_size, 0, MAP_NONE);
+  }
+  uintptr_t nb = (uintptr_t)target;
+  huge_header_t *nh = (huge_header_t *)((nb + off - 1) & ~(uintptr_t)REGION_MASK);
+  nh->user = nb + off;
+  nh->base = nb;
+  nh->map_size = new_size;
+  nh->size = n;
+  huge_mark(nb, new_size, nb + off, MAP_HUGE_TAIL);
+  atomic_fetch_add_explicit(&huge_mapped_bytes, new_size - old_size, memory_order_relaxed);
+  return (void *)(nb + off);
+}

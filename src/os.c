@@ -1,0 +1,85 @@
+/* OS memory: mmap, munmap, madvise, mremap, the clock. Nothing else talks to the kernel
+ * about memory, so every mapping hakmem makes is visible here. */
+
+#include "internal.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+void *os_map(size_t size) {
+  /* Never executable: heap memory is data. */
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void *os_map_aligned(size_t size, size_t align) {
+  /* Over-map by the alignment and trim both ends; the kernel hands out addresses
+   * top-down, so the next call's first try usually lands aligned already. */
+  void *p = os_map(size);
+  if (p == NULL) return NULL;
+  if (((uintptr_t)p & (align - 1)) == 0) return p;
+  os_unmap(p, size);
+  size_t over = size + align;
+  if (over < size) return NULL;
+  char *raw = os_map(over);
+  if (raw == NULL) return NULL;
+  uintptr_t aligned = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+  size_t head = aligned - (uintptr_t)raw;
+  size_t tail = over - head - size;
+  if (head) os_unmap(raw, head);
+  if (tail) os_unmap((char *)aligned + size, tail);
+  return (void *)aligned;
+}
+
+void os_unmap(void *p, size_t size) {
+  if (munmap(p, size) != 0 && HAKMEM_DEBUG) hak_fatal("munmap failed");
+}
+
+void os_purge(void *p, size_t size) {
+  /* MADV_DONTNEED rather than MADV_FREE: users and container limits read RSS, and
+   * DONTNEED makes it fall at once; the pages read back as zero, which calloc uses. */
+  int saved = errno;
+  madvise(p, size, MADV_DONTNEED);
+  errno = saved;
+}
+
+void os_set_huge_pages(void *p, size_t size, bool enable) {
+  int saved = errno;
+  madvise(p, size, enable ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  errno = saved;
+}
+
+void *os_remap(void *old, size_t old_size, size_t new_size) {
+  void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+size_t os_page_size(void) {
+  static size_t page;
+  if (page == 0) {
+    long v = sysconf(_SC_PAGESIZE);
+    page = v > 0 ? (size_t)v : 4096;
+  }
+  return page;
+}
+
+uint64_t os_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void os_write_stderr(const char *msg, size_t len) {
+  while (len > 0) {
+    ssize_t w = write(2, msg, len);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) continue;
+      return;
+    }
+    msg += w;
+    len -= (size_t)w;
+  }
+}

@@ -1,0 +1,96 @@
+/* Aligned allocation and the POSIX/glibc/C23 entry points built on it: posix_memalign,
+ * aligned_alloc, memalign, valloc, pvalloc, free_sized, free_aligned_sized. */
+
+#include "alloc_fast.h"
+#include "hakmem.h"
+
+#include <errno.h>
+
+size_t block_usable_size(void *p, const char *fn);
+
+static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* Small and mid sizes: the first class at least n whose every block is aligned to
+ * `align` (power-of-two classes always are), so the waste stays below the alignment
+ * in the common cases. Beyond that, a large span started at an aligned offset. */
+static void *aligned_alloc_impl(size_t align, size_t n) {
+  if (align <= 16) return fast_malloc(n);
+  if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  hak_heap_t *h = heap_get();
+  if (h == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (n <= MID_MAX && align <= MID_MAX) {
+    for (uint32_t c = size_to_class(n < align ? align : n); c < NUM_CLASSES; c++) {
+      if (class_align[c] < align) continue;
+      hak_slab_t *s = h->queue[c].head;
+      if (s != NULL && s->free != NULL) {
+        hak_block_t *b = s->free;
+        s->free = b->next;
+        s->used++;
+        b->free_tag = 0;
+        return b;
+      }
+      return heap_alloc_class(h, c);
+    }
+  }
+  return large_alloc(n, align, false);
+}
+
+hak_export int hak_posix_memalign(void **out, size_t align, size_t n) {
+  if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+  int saved = errno;
+  void *p = aligned_alloc_impl(align, n);
+  if (p == NULL) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+hak_export void *hak_aligned_alloc(size_t align, size_t n) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return aligned_alloc_impl(align, n);
+}
+
+hak_export void *hak_memalign(size_t align, size_t n) { return hak_aligned_alloc(align, n); }
+
+hak_export void *hak_valloc(size_t n) { return aligned_alloc_impl(os_page_size(), n); }
+
+hak_export void *hak_pvalloc(size_t n) {
+  size_t page = os_page_size();
+  size_t rounded = (n + page - 1) & ~(page - 1);
+  if (rounded < n) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return aligned_alloc_impl(page, rounded == 0 ? page : rounded);
+}
+
+/* A size given back at free must be one that could have produced this block: no
+ * larger than it, and not so small that another class would have been chosen. */
+static void check_size(void *p, size_t n, size_t align, const char *fn) {
+  size_t usable = block_usable_size(p, fn);
+  bool ok = n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align);
+  if (!ok) hak_fatal_pointer("size mismatch", fn, p);
+}
+
+hak_export void hak_free_sized(void *p, size_t n) {
+  if (p == NULL) return;
+  check_size(p, n, 16, "free_sized");
+  fast_free(p);
+}
+
+hak_export void hak_free_aligned_sized(void *p, size_t align, size_t n) {
+  if (p == NULL) return;
+  check_size(p, n, align, "free_sized");
+  fast_free(p);
+}

@@ -1,0 +1,223 @@
+/* Regions: 32 MiB aligned mappings cut into 64 KiB units, the unit map that takes any
+ * address to its slab descriptor in one load, and purging of free units.
+ * Everything here runs under region_lock except the lookups in internal.h. */
+
+#include "internal.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define REGION_MAGIC 0x68616b6d656d5247ull /* "hakmemRG" */
+
+_Static_assert(sizeof(hak_region_t) <= UNIT_SIZE, "the region header must fit unit 0");
+_Static_assert(sizeof(hak_slab_t) == 112, "slab descriptor layout changed");
+_Static_assert(offsetof(hak_slab_t, remote) < 64, "fast-path fields must share one cache line");
+
+/* One byte per possible region in the address space: 4 MiB of zero-filled .bss whose
+ * pages only become resident where regions exist. A pointer's region kind is one load. */
+uint8_t region_map[REGION_MAP_ENTRIES];
+
+/* Units that no span covers (and the header unit) map to this descriptor: its owner
+ * matches no heap and its magic rejects every offset, so a free there is reported. */
+hak_slab_t region_free_unit_slab = {.owner = OWNER_NONE, .div_magic = 0};
+
+pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
+static hak_region_t *regions;  /* all regions, newest first */
+static size_t empty_regions;   /* regions with every unit free */
+static uint64_t next_purge_ms; /* earliest time a purge pass can find work */
+
+static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
+
+static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
+  for (size_t i = from; i < from + n; i++) {
+    uint64_t m = (uint64_t)1 << (i & 63);
+    if (value) bits[i >> 6] |= m;
+    else bits[i >> 6] &= ~m;
+  }
+}
+
+/* First run of n set bits in the region's free bitmap, or 0 (unit 0 is never free). */
+static size_t find_free_run(const hak_region_t *r, size_t n) {
+  size_t run = 0;
+  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+    uint64_t word = r->free_bits[w];
+    if (word == 0) { run = 0; continue; }
+    if (word == ~(uint64_t)0 && run + 64 < n) { run += 64; continue; }
+    for (size_t b = 0; b < 64; b++) {
+      if ((word >> b) & 1) {
+        if (++run == n) return w * 64 + b + 1 - n;
+      } else {
+        run = 0;
+      }
+    }
+  }
+  return 0;
+}
+
+static hak_region_t *region_create(void) {
+  hak_region_t *r = os_map_aligned(REGION_SIZE, REGION_SIZE);
+  if (r == NULL) return NULL;
+  os_set_huge_pages(r, REGION_SIZE, hak_opt.thp);
+  r->magic = REGION_MAGIC;
+  r->free_units = REGION_MAX_SPAN_UNITS;
+  r->dirty_free_units = 0;
+  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
+  r->free_bits[0] &= ~(uint64_t)1; /* the header */
+  for (size_t u = 0; u < UNITS_PER_REGION; u++) r->unit_map[u] = &region_free_unit_slab;
+  r->next = regions;
+  r->prev = NULL;
+  if (regions) regions->prev = r;
+  regions = r;
+  empty_regions++;
+  region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_REGION;
+  atomic_fetch_add_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.committed_est, 2 * os_page_size(), memory_order_relaxed);
+  return r;
+}
+
+static void region_destroy(hak_region_t *r) {
+  if (r->prev) r->prev->next = r->next;
+  else regions = r->next;
+  if (r->next) r->next->prev = r->prev;
+  empty_regions--;
+  size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
+  region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
+  os_unmap(r, REGION_SIZE);
+  atomic_fetch_sub_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
+}
+
+hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
+  hak_region_t *r;
+  size_t first = 0;
+  for (r = regions; r != NULL; r = r->next) {
+    if (r->free_units >= units && (first = find_free_run(r, units)) != 0) break;
+  }
+  if (r == NULL) {
+    r = region_create();
+    if (r == NULL) return NULL;
+    first = 1;
+  }
+  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
+  bool clean = true;
+  for (size_t u = first; u < first + units; u++) {
+    if (bit_get(r->dirty_bits, u)) {
+      clean = false;
+      r->dirty_free_units--;
+    } else {
+      atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    }
+  }
+  bits_set_range(r->free_bits, first, units, false);
+  bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
+  r->free_units -= (uint32_t)units;
+  hak_slab_t *s = &r->slabs[first];
+  memset(s, 0, sizeof *s);
+  s->units = (uint16_t)units;
+  s->unit_idx = (uint16_t)first;
+  for (size_t u = first; u < first + units; u++) r->unit_map[u] = s;
+  *zeroed = clean;
+  return s;
+}
+
+static void purge_units(hak_region_t *r, size_t from, size_t n) {
+  os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
+  bits_set_range(r->dirty_bits, from, n, false);
+  r->dirty_free_units -= (uint32_t)n;
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
+}
+
+void region_free_span(hak_slab_t *s, uint64_t now_ms) {
+  hak_region_t *r = region_of((uintptr_t)s);
+  size_t first = s->unit_idx, units = s->units;
+  __atomic_store_n(&s->owner, OWNER_NONE, __ATOMIC_RELEASE);
+  for (size_t u = first; u < first + units; u++) {
+    r->unit_map[u] = &region_free_unit_slab;
+    r->freed_ms[u] = (uint32_t)now_ms;
+  }
+  bits_set_range(r->free_bits, first, units, true);
+  r->free_units += (uint32_t)units;
+  r->dirty_free_units += (uint32_t)units;
+  if (hak_opt.purge_delay_ms == 0) {
+    purge_units(r, first, units);
+  } else if (hak_opt.purge_delay_ms > 0) {
+    uint64_t due = now_ms + (uint64_t)hak_opt.purge_delay_ms;
+    if (next_purge_ms == 0 || due < next_purge_ms) next_purge_ms = due;
+  }
+  if (r->free_units == REGION_MAX_SPAN_UNITS) {
+    empty_regions++;
+    /* Keep a few empty regions for reuse; give the rest back at once. */
+    if (empty_regions > (size_t)hak_opt.region_cache) region_destroy(r);
+  }
+}
+
+size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
+  if (delay_ms < 0) return 0;
+  if (delay_ms > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) return 0;
+  size_t purged = 0;
+  uint64_t next_due = 0;
+  hak_region_t *r = regions;
+  while (r != NULL) {
+    hak_region_t *next = r->next;
+    if (release_regions && r->free_units == REGION_MAX_SPAN_UNITS) {
+      purged += (size_t)r->dirty_free_units * UNIT_SIZE;
+      region_destroy(r);
+      r = next;
+      continue;
+    }
+    for (size_t u = 1; r->dirty_free_units > 0 && u < UNITS_PER_REGION;) {
+      if (!bit_get(r->free_bits, u) || !bit_get(r->dirty_bits, u)) { u++; continue; }
+      size_t run = 0;
+      while (u + run < UNITS_PER_REGION && bit_get(r->free_bits, u + run) &&
+             bit_get(r->dirty_bits, u + run) &&
+             (uint32_t)now_ms - r->freed_ms[u + run] >= (uint32_t)delay_ms)
+        run++;
+      if (run == 0) { /* not due yet */
+        uint64_t due = now_ms + (uint32_t)delay_ms - ((uint32_t)now_ms - r->freed_ms[u]);
+        if (next_due == 0 || due < next_due) next_due = due;
+        u++;
+        continue;
+      }
+      purge_units(r, u, run);
+      purged += run * UNIT_SIZE;
+      u += run;
+    }
+    r = next;
+  }
+  next_purge_ms = next_due;
+  return purged;
+}
+
+/* Grow a span in place over the free units right after it. Returns the new unit count
+ * or 0 when they are not free. */
+size_t region_grow_span(hak_slab_t *s, size_t new_units) {
+  hak_region_t *r = region_of((uintptr_t)s);
+  size_t end = (size_t)s->unit_idx + s->units, want_end = (size_t)s->unit_idx + new_units;
+  if (want_end > UNITS_PER_REGION) return 0;
+  for (size_t u = end; u < want_end; u++)
+    if (!bit_get(r->free_bits, u)) return 0;
+  for (size_t u = end; u < want_end; u++) {
+    if (bit_get(r->dirty_bits, u)) r->dirty_free_units--;
+    else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    r->unit_map[u] = s;
+  }
+  bits_set_range(r->free_bits, end, want_end - end, false);
+  bits_set_range(r->dirty_bits, end, want_end - end, true);
+  r->free_units -= (uint32_t)(want_end - end);
+  s->units = (uint16_t)new_units;
+  return new_units;
+}
+
+void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
+  hak_region_t *r = region_of((uintptr_t)s);
+  size_t from = (size_t)s->unit_idx + new_units, n = s->units - new_units;
+  if (n == 0) return;
+  hak_slab_t *tail = &r->slabs[from];
+  memset(tail, 0, sizeof *tail);
+  tail->units = (uint16_t)n;
+  tail->unit_idx = (uint16_t)from;
+  s->units = (uint16_t)new_units;
+  region_free_span(tail, now_ms);
+}

@@ -1,0 +1,43 @@
+/* Size classes. Tiny (<= 1 KiB): 16-byte steps to 256, then 8 classes per doubling, so
+ * the space lost to rounding is <= 12.5% above 128 bytes (16-byte alignment makes the
+ * steps between 64 and 128 bytes 16 bytes wide). Mid (<= 128 KiB): 4 per doubling. */
+#include "internal.h"
+
+uint32_t class_size[NUM_CLASSES];
+uint8_t class_units[NUM_CLASSES];
+uint8_t class_of_direct[DIRECT_SLOTS];
+uint32_t class_align[NUM_CLASSES];
+
+static uint32_t tiny_size(unsigned c) {
+  if (c < 16) return 16 * (c + 1);        /* 16 .. 256 */
+  if (c < 24) return 256 + 32 * (c - 15); /* 288 .. 512 */
+  return 512 + 64 * (c - 23);             /* 576 .. 1024 */
+}
+
+static uint32_t mid_size(unsigned k) {
+  unsigned bit = 10 + k / 4;
+  return (1u << bit) + (k % 4 + 1) * (1u << (bit - 2));
+}
+
+void size_class_init(void) {
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    uint32_t size = c < TINY_CLASSES ? tiny_size(c) : mid_size(c - TINY_CLASSES);
+    class_size[c] = size;
+    /* At least 8 blocks per slab, so a slab's fixed costs are amortised. */
+    unsigned units = 1;
+    while ((units * UNIT_SIZE) / size < 8) units *= 2;
+    class_units[c] = (uint8_t)units;
+    /* Blocks start after a head gap of (slab bytes mod size), so their alignment is the
+     * lowest set bit of both the size and the gap. */
+    size_t gap = (units * UNIT_SIZE) % size;
+    uint32_t align = size & -size;
+    if (gap && (gap & -gap) < align) align = (uint32_t)(gap & -gap);
+    class_align[c] = align;
+  }
+  unsigned c = 0;
+  for (unsigned i = 0; i < DIRECT_SLOTS; i++) {
+    size_t n = i == 0 ? 1 : (size_t)i * 16;
+    while (class_size[c] < n) c++;
+    class_of_direct[i] = (uint8_t)c;
+  }
+}

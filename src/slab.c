@@ -1,0 +1,104 @@
+/* One slab: a span carved into blocks of one class, its three free lists (free for
+ * allocation, local_free for the owner's frees, remote for everyone else's), and
+ * lazy carving so that untouched blocks never become resident. */
+#include "internal.h"
+
+/* Random per process; a free block's second word holds its address ^ cookie. */
+uintptr_t hak_cookie = 0x9e3779b97f4a7c15ull;
+
+/* Carve a page's worth of blocks at a time, at least 16 so a thread cycling through a
+ * few blocks refills rarely, but never more than a unit: first touch stays
+ * proportional to use. */
+#define EXTEND_BYTES 4096
+#define EXTEND_MIN_BLOCKS 16
+#define EXTEND_MAX_BYTES UNIT_SIZE
+
+void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
+  uint32_t size = class_size[class_idx];
+  size_t bytes = (size_t)s->units * UNIT_SIZE;
+  s->class_idx = class_idx;
+  s->block_size = size;
+  s->start = slab_base(s) + bytes % size;
+  s->div_magic = UINT64_MAX / size + 1;
+  s->start_magic = s->start * s->div_magic;
+  s->tag_key = hak_cookie;
+  s->reserved = (uint32_t)(bytes / size);
+  s->capacity = 0;
+  s->used = 0;
+  s->free = NULL;
+  s->local_free = NULL;
+  atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
+  s->next = s->prev = NULL;
+  __atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
+}
+
+bool slab_extend(hak_slab_t *s) {
+  if (s->capacity >= s->reserved) return false;
+  uint32_t n = EXTEND_BYTES / s->block_size;
+  if (n < EXTEND_MIN_BLOCKS) n = EXTEND_MIN_BLOCKS;
+  if ((size_t)n * s->block_size > EXTEND_MAX_BYTES) n = (uint32_t)(EXTEND_MAX_BYTES / s->block_size);
+  if (n < 1) n = 1;
+  if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
+  uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
+  hak_block_t *b = (hak_block_t *)first;
+  for (uint32_t i = 0; i + 1 < n; i++) {
+    hak_block_t *next = (hak_block_t *)((uintptr_t)b + s->block_size);
+    b->next = next;
+    b = next;
+  }
+  b->next = s->free;
+  s->free = (hak_block_t *)first;
+  s->capacity += n;
+  return true;
+}
+
+/* Moves the owner's and other threads' frees onto the allocation list. Returns the
+ * number of remote frees taken (they were still counted in `used`). */
+uint32_t slab_collect(hak_slab_t *s) {
+  uint32_t taken = 0;
+  if (s->local_free != NULL) {
+    if (s->free == NULL) {
+      s->free = s->local_free;
+    } else {
+      hak_block_t *t = s->local_free;
+      while (t->next) t = t->next;
+      t->next = s->free;
+      s->free = s->local_free;
+    }
+    s->local_free = NULL;
+  }
+  if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
+    hak_block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
+    hak_block_t *tail = list;
+    taken = 1;
+    while (tail->next) {
+      tail = tail->next;
+      taken++;
+    }
+    tail->next = s->free;
+    s->free = list;
+    s->used -= taken;
+  }
+  return taken;
+}
+
+void slab_remote_push(hak_slab_t *s, hak_block_t *b) {
+  hak_block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+static bool list_has(hak_block_t *list, hak_block_t *b, uint32_t limit) {
+  for (uint32_t i = 0; list != NULL && i <= limit; list = list->next, i++)
+    if (list == b) return true;
+  return false;
+}
+
+/* Owner only: is b on one of the slab's free lists? Used to confirm a double free
+ * that the free tag made visible, so a false alarm is impossible. */
+bool slab_contains_free(hak_slab_t *s, hak_block_t *b) {
+  return list_has(s->free, b, s->reserved) || list_has(s->local_free, b, s->reserved) ||
+         list_has(atomic_load_explicit(&s->remote, memory_order_acquire), b, s->reserved);
+}

@@ -1,0 +1,110 @@
+/* Statistics: global figures kept on slow paths, per-class figures gathered on demand
+ * by walking the heaps. Nothing here runs on a malloc/free fast path. */
+
+#include "internal.h"
+#include "hakmem.h"
+
+#include <malloc.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+hak_global_stats_t hak_gstats;
+
+void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]);
+
+void stats_note_in_use(void) {
+  size_t now = atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) +
+               atomic_load_explicit(&huge_mapped_bytes, memory_order_relaxed);
+  size_t peak = atomic_load_explicit(&hak_gstats.peak_in_use, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&hak_gstats.peak_in_use, &peak, now,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
+
+typedef struct totals {
+  uint64_t used[NUM_CLASSES + 1], slabs[NUM_CLASSES + 1];
+  size_t small_in_use, large_in_use, huge_mapped;
+} totals_t;
+
+static void gather(totals_t *t) {
+  memset(t, 0, sizeof *t);
+  heap_walk(t->used, t->slabs);
+  for (unsigned c = 0; c < NUM_CLASSES; c++) t->small_in_use += t->used[c] * class_size[c];
+  t->large_in_use = atomic_load_explicit(&hak_gstats.large_in_use, memory_order_relaxed);
+  t->huge_mapped = atomic_load_explicit(&huge_mapped_bytes, memory_order_relaxed);
+}
+
+hak_export void hak_get_info(hak_info_t *info) {
+  totals_t t;
+  gather(&t);
+  info->in_use = t.small_in_use + t.large_in_use + t.huge_mapped;
+  size_t peak = atomic_load_explicit(&hak_gstats.peak_in_use, memory_order_relaxed);
+  info->peak_in_use = peak > info->in_use ? peak : info->in_use;
+  info->mapped = atomic_load_explicit(&hak_gstats.region_bytes, memory_order_relaxed) + t.huge_mapped;
+  info->committed = atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) + t.huge_mapped;
+  info->released = atomic_load_explicit(&hak_gstats.purged_bytes, memory_order_relaxed) +
+                   atomic_load_explicit(&hak_gstats.released_bytes, memory_order_relaxed);
+}
+
+struct mallinfo2 hak_mallinfo2(void) {
+  hak_info_t info;
+  hak_get_info(&info);
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  size_t huge = atomic_load_explicit(&huge_mapped_bytes, memory_order_relaxed);
+  mi.arena = info.mapped - huge;
+  mi.hblkhd = huge;
+  mi.uordblks = info.in_use > huge ? info.in_use - huge : 0;
+  mi.fordblks = info.committed > info.in_use ? info.committed - info.in_use : 0;
+  mi.usmblks = info.peak_in_use;
+  return mi;
+}
+
+/* printf into a stack buffer and write(2): no stdio buffers, no allocation. */
+static void out(FILE *f, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n <= 0) return;
+  if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+  if (f == stderr) {
+    os_write_stderr(buf, (size_t)n);
+  } else {
+    fwrite(buf, 1, (size_t)n, f);
+  }
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void stats_print(FILE *f) {
+  totals_t t;
+  gather(&t);
+  hak_info_t info;
+  hak_get_info(&info);
+  out(f, "hakmem stats (pid %d)\n", (int)getpid());
+  out(f, "  %-8s %10s %12s %10s %12s\n", "class", "size", "live blocks", "slabs", "live bytes");
+  for (unsigned c = 0; c < NUM_CLASSES; c++) {
+    if (t.slabs[c] == 0) continue;
+    out(f, "  %-8u %10u %12llu %10llu %12llu\n", c, class_size[c], (unsigned long long)t.used[c],
+        (unsigned long long)t.slabs[c], (unsigned long long)(t.used[c] * class_size[c]));
+  }
+  out(f, "  tiers: small+mid %.2f MiB live, large %.2f MiB live (%llu allocated in all), huge %.2f MiB mapped (%llu in all)\n",
+      mib(t.small_in_use), mib(t.large_in_use),
+      (unsigned long long)atomic_load(&hak_gstats.large_allocs), mib(t.huge_mapped),
+      (unsigned long long)atomic_load(&hak_gstats.huge_allocs));
+  out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB\n",
+      mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released));
+  out(f, "  threads: %llu heaps created, %llu abandoned at exit; %llu slabs adopted\n",
+      (unsigned long long)atomic_load(&hak_gstats.heaps_created),
+      (unsigned long long)atomic_load(&hak_gstats.heaps_abandoned),
+      (unsigned long long)atomic_load(&hak_gstats.slabs_adopted));
+  out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d\n", hak_opt.purge_delay_ms,
+      hak_opt.region_cache, (int)hak_opt.thp);
+}
+
+hak_export void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }
+hak_export void hak_malloc_stats(void) { stats_print(stderr); }

@@ -1,0 +1,153 @@
+/* hakmem core types.
+ *
+ * Glossary (bottom-up, as the files are layered):
+ *   unit    64 KiB of address space, the grain in which regions hand out memory.
+ *   region  a 32 MiB, 32 MiB-aligned mapping (a "superslab"). Its first unit holds the
+ *           region header: the unit map and one slab descriptor per unit. Any address
+ *           inside a region finds its slab with a mask and one load (region_slab_of).
+ *   span    a run of free or used units inside one region.
+ *   slab    a span carved into blocks of one size class. Small/mid blocks live here.
+ *           A large block is a slab holding exactly one block.
+ *   block   what malloc returns. A free block's first word links the free list, its
+ *           second word holds the "free tag" (address ^ cookie) that makes double
+ *           frees visible in one compare.
+ *   class   a block size. Tiny classes cover <= 1 KiB, mid classes <= 128 KiB.
+ *   heap    one thread's allocation state: per-class queues of the slabs it owns.
+ *           Only the owning thread touches a slab's non-atomic fields; other threads
+ *           push frees onto the slab's atomic remote list.
+ *   huge    a block too big for a region: mapped on its own, unmapped at free.
+ *
+ * Owner word: every slab descriptor's `owner` is the owning heap's address, with
+ * SLAB_FULL or'ed in when the slab has no free block, or a small constant for the
+ * states no heap owns. So "freed by the owner, nothing special" is one compare.
+ */
+#ifndef HAKMEM_TYPES_H
+#define HAKMEM_TYPES_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- attributes and build switches --------------------------------------------- */
+#define hak_likely(x) __builtin_expect(!!(x), 1)
+#define hak_unlikely(x) __builtin_expect(!!(x), 0)
+#define hak_noinline __attribute__((noinline))
+#define hak_cold __attribute__((cold, noinline))
+#define hak_inline static inline __attribute__((always_inline))
+#define hak_internal __attribute__((visibility("hidden")))
+#define hak_export __attribute__((visibility("default")))
+
+/* Compile-time debug level: 0 release, 1 cheap assertions, 2 whole-slab walks.
+ * Used in plain ifs so every configuration compiles in every build. */
+#ifndef HAKMEM_DEBUG
+#define HAKMEM_DEBUG 0
+#endif
+
+/* ---- geometry ------------------------------------------------------------------- */
+#define UNIT_SHIFT 16
+#define UNIT_SIZE ((size_t)1 << UNIT_SHIFT)
+#define REGION_SHIFT 25
+#define REGION_SIZE ((size_t)1 << REGION_SHIFT)
+#define REGION_MASK (REGION_SIZE - 1)
+#define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512; unit 0 is the header */
+#define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - 1)
+
+/* The region map covers the 47-bit user address space, one byte per region. */
+#define ADDRESS_BITS 47
+#define REGION_MAP_ENTRIES ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT))
+
+enum region_map_kind {
+  MAP_NONE = 0,      /* not hakmem's */
+  MAP_REGION = 1,    /* a region: slabs and large blocks */
+  MAP_HUGE = 2,      /* a huge block whose header is at this region-sized chunk's start */
+  MAP_HUGE_TAIL = 3, /* the rest of a huge mapping */
+};
+
+/* ---- size classes -------------------------------------------------------------- */
+#define TINY_MAX 1024
+#define MID_MAX ((size_t)128 * 1024)
+#define TINY_CLASSES 32 /* 16..256 by 16, 288..512 by 32, 576..1024 by 64 */
+#define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
+#define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
+#define DIRECT_SLOTS (TINY_MAX / 16 + 1)
+#define LARGE_MAX (REGION_MAX_SPAN_UNITS * UNIT_SIZE)
+
+/* ---- owner word values ---------------------------------------------------------- */
+#define SLAB_FULL ((uintptr_t)1)   /* or'ed into a heap address */
+#define OWNER_NONE ((uintptr_t)0)  /* free unit, region header: never a valid block */
+#define OWNER_ABANDONED ((uintptr_t)0x10) /* owner thread exited; live blocks remain */
+#define OWNER_LARGE ((uintptr_t)0x20)     /* one large block; freed on the slow path */
+
+typedef struct hak_block {
+  struct hak_block *next;
+  uintptr_t free_tag; /* address ^ cookie while the block is free; 0 once allocated */
+} hak_block_t;
+
+struct hak_heap;
+
+typedef struct hak_slab {
+  /* --- hot: the fast paths read only this first cache line --- */
+  uintptr_t owner;          /* see "Owner word"; written with __atomic_store_n */
+  hak_block_t *free;        /* blocks to allocate from (owner only) */
+  hak_block_t *local_free;  /* blocks the owner freed since the last refill */
+  uint32_t used;            /* blocks out (remote frees count until collected) */
+  uint32_t class_idx;
+  uint64_t div_magic;       /* ceil(2^64 / block_size) */
+  uint64_t start_magic;     /* start * div_magic: a block start has
+                               a * div_magic - start_magic < div_magic */
+  uintptr_t tag_key;        /* the process cookie, kept here to save a load */
+  _Atomic(hak_block_t *) remote; /* frees from other threads, collected by the owner */
+  /* --- warm --- */
+  uintptr_t start;          /* address of block 0 (a large block's user pointer) */
+  uint32_t block_size;
+  uint32_t capacity;        /* blocks carved so far */
+  uint32_t reserved;        /* blocks that fit */
+  uint16_t units;           /* span length in units */
+  uint16_t unit_idx;        /* first unit inside the region */
+  struct hak_slab *next;    /* heap queue / abandoned list */
+  struct hak_slab *prev;
+  uint64_t aux;             /* large: requested size */
+} hak_slab_t;
+
+typedef struct hak_slab_queue {
+  hak_slab_t *head;
+  hak_slab_t *tail;
+  size_t count;
+} hak_slab_queue_t;
+
+typedef struct hak_region {
+  uint64_t magic;
+  struct hak_region *next, *prev; /* all regions */
+  uint32_t free_units;            /* units 1..511 not in any span */
+  uint32_t dirty_free_units;      /* free units that may still hold committed pages */
+  uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
+  uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
+  uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */
+  hak_slab_t *unit_map[UNITS_PER_REGION];     /* unit -> its slab descriptor */
+  hak_slab_t slabs[UNITS_PER_REGION];         /* descriptor of the span starting here */
+} hak_region_t;
+
+typedef struct hak_heap {
+  /* Fast path: current slab for each 16-byte size step <= 1 KiB. Never NULL: an empty
+   * queue points at the static empty slab, so "no heap yet" and "refill" are the same
+   * miss. */
+  hak_slab_t *direct[DIRECT_SLOTS];
+  hak_slab_queue_t queue[NUM_CLASSES]; /* slabs with (possibly) free blocks */
+  hak_slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
+  hak_slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
+  uint64_t slow_calls;                  /* drives deferred work */
+  uint64_t next_deferred_ms;
+  struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
+  struct hak_heap *pool_next;           /* recycled heap structures */
+  uint64_t thread_id;
+  /* Statistics updated on slow paths only. */
+  uint64_t stat_refills[NUM_CLASSES];
+  uint64_t stat_slabs_acquired;
+  uint64_t stat_slabs_released;
+  uint64_t stat_large_allocs;
+  uint64_t stat_huge_allocs;
+  uint64_t stat_remote_collected;
+} hak_heap_t;
+
+#endif
