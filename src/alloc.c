@@ -32,7 +32,9 @@ static hak_slab_t *region_block_checked(void *p, const char *fn) {
   uintptr_t owner = slab_owner(s);
   if (owner == OWNER_LARGE) {
     if (a != s->start) hak_fatal_pointer("invalid pointer", fn, p);
-  } else if (owner == OWNER_NONE || !slab_is_block_start(s, a)) {
+  } else if (owner == OWNER_NONE || owner == OWNER_CACHED) {
+    report_not_live(p, fn);
+  } else if (!slab_is_block_start(s, a)) {
     hak_fatal_pointer("invalid pointer", fn, p);
   }
   return s;

@@ -147,10 +147,7 @@ hak_heap_t *heap_get(void) {
 static void release_span_locked(hak_slab_t *s, uint64_t now) { region_free_span(s, now); }
 
 static void heap_release_slab(hak_heap_t *h, hak_slab_t *s) {
-  uint64_t now = os_now_ms();
-  pthread_mutex_lock(&region_lock);
-  release_span_locked(s, now);
-  pthread_mutex_unlock(&region_lock);
+  span_cache_put(h, s, os_now_ms());
   h->stat_slabs_released++;
 }
 
@@ -194,7 +191,13 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
     queue_push_back(full, s);
     s = next;
   }
-  /* 2. An abandoned slab of this class; 3. a new span. */
+  /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. */
+  s = span_cache_take(h, class_units[c], class_units[c]);
+  if (s != NULL) {
+    slab_init(s, c, (uintptr_t)h);
+    h->stat_slabs_acquired++;
+    return s;
+  }
   uint64_t now = os_now_ms();
   pthread_mutex_lock(&region_lock);
   s = adopt_locked(h, c, now);
@@ -304,6 +307,18 @@ void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
   heap_release_slab(h, s);
 }
 
+/* p is in a region but in no live slab: a block freed twice (its span since given
+ * back), or a pointer that never was a block. The old descriptor and the free tag
+ * tell which, without touching anything outside the region. */
+_Noreturn void report_not_live(void *p, const char *fn) {
+  uintptr_t a = (uintptr_t)p;
+  hak_region_t *r = region_of(a);
+  const hak_slab_t *d = &r->slabs[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)];
+  bool was_large = d->class_idx == NUM_CLASSES && d->start == a;
+  bool tagged = (a & 15) == 0 && ((const hak_block_t *)a)->free_tag == free_tag_of(a);
+  hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);
+}
+
 void heap_free_slow(void *p, hak_slab_t *s) {
   uintptr_t a = (uintptr_t)p;
   uintptr_t owner = slab_owner(s);
@@ -311,8 +326,8 @@ void heap_free_slow(void *p, hak_slab_t *s) {
     large_free(s, p);
     return;
   }
-  if (owner == OWNER_NONE || !slab_is_block_start(s, a))
-    hak_fatal_pointer("invalid pointer", "free", p);
+  if (owner == OWNER_NONE || owner == OWNER_CACHED) report_not_live(p, "free");
+  if (!slab_is_block_start(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of(a);
@@ -387,6 +402,7 @@ static void sweep_abandoned_locked(uint64_t now) {
 
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
+  if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
   for (uint32_t c = 0; c < NUM_CLASSES; c++)
     if (h->full[c].head) heap_collect_full(h, c);
   if (pthread_mutex_trylock(&region_lock) == 0) {
@@ -417,6 +433,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
     }
   }
   uint64_t now = os_now_ms();
+  if (h != &hak_heap_empty) released += span_cache_flush(h, now, -1);
   pthread_mutex_lock(&region_lock);
   sweep_abandoned_locked(now);
   released += region_purge(now, 0, true);
@@ -450,6 +467,7 @@ void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
   hak_tls_heap = &hak_heap_empty;
   uint64_t now = os_now_ms();
+  span_cache_flush(h, now, -1);
   pthread_mutex_lock(&region_lock);
   heap_release_all_locked(h, now);
   sweep_abandoned_locked(now);
@@ -467,6 +485,7 @@ void heap_atfork_child(void) {
   while (h != NULL) {
     hak_heap_t *next = h->all_next;
     if (h != mine) {
+      span_cache_flush(h, now, -1);
       heap_release_all_locked(h, now);
       if (h->all_prev) h->all_prev->all_next = h->all_next;
       else heaps_all = h->all_next;

@@ -102,11 +102,17 @@ extern hak_heap_t *heaps_all;
 hak_heap_t *heap_get(void);              /* this thread's heap, created on first use */
 void *heap_malloc_slow(size_t n);        /* everything the fast path does not finish */
 void heap_free_slow(void *p, hak_slab_t *s);
+_Noreturn void report_not_live(void *p, const char *fn);
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);
 void heap_abandon(hak_heap_t *h);        /* thread exit */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim this thread's heap */
 void heap_atfork_child(void);
 void *heap_alloc_class(hak_heap_t *h, uint32_t c);
+
+/* ---- span_cache.c: a heap's few free spans, reused without region_lock --------- */
+hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units);
+void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now); /* s: owner already dropped */
+size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms); /* -1: all */
 
 /* ---- large.c: large spans and huge mappings --------------------------------------- */
 void *large_alloc(size_t n, size_t align, bool zero);

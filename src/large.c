@@ -21,20 +21,27 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   }
   size_t units = round_up(n + slack, UNIT_SIZE) >> UNIT_SHIFT;
   if (units == 0) units = 1;
-  bool zeroed;
-  pthread_mutex_lock(&region_lock);
-  hak_slab_t *s = region_alloc_span(units, &zeroed);
-  pthread_mutex_unlock(&region_lock);
+  bool zeroed = false;
+  hak_heap_t *h = hak_tls_heap;
+  /* A cached span up to a quarter bigger is as good as a new one, and needs no lock. */
+  hak_slab_t *s = h != &hak_heap_empty ? span_cache_take(h, units, units + units / 4) : NULL;
   if (s == NULL) {
-    errno = ENOMEM;
-    return NULL;
+    pthread_mutex_lock(&region_lock);
+    s = region_alloc_span(units, &zeroed);
+    pthread_mutex_unlock(&region_lock);
+    if (s == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
   }
+  units = s->units;
   uintptr_t base = slab_base(s);
   uintptr_t p = round_up(base, align);
   s->class_idx = LARGE_CLASS;
   s->start = p;
   s->block_size = (uint32_t)(base + units * UNIT_SIZE - p);
   s->div_magic = 0;
+  s->start_magic = 0;
   s->used = 1;
   s->aux = n;
   __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
@@ -47,17 +54,15 @@ void *large_alloc(size_t n, size_t align, bool zero) {
 
 void large_free(hak_slab_t *s, void *p) {
   if ((uintptr_t)p != s->start) hak_fatal_pointer("invalid pointer", "free", p);
-  uint64_t now = os_now_ms();
-  size_t bytes = (size_t)s->units * UNIT_SIZE;
-  pthread_mutex_lock(&region_lock);
-  /* Check again under the lock: two threads freeing the same block race here. */
-  if (slab_owner(s) != OWNER_LARGE) {
-    pthread_mutex_unlock(&region_lock);
+  /* Claim the block: of two threads freeing it at once, one loses here. */
+  uintptr_t expect = OWNER_LARGE;
+  if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
     hak_fatal_pointer("double free", "free", p);
-  }
-  region_free_span(s, now);
-  pthread_mutex_unlock(&region_lock);
-  atomic_fetch_sub_explicit(&hak_gstats.large_in_use, bytes, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,
+                            memory_order_relaxed);
+  /* Any thread may keep a free span: it belongs to no heap until reused. */
+  span_cache_put(hak_tls_heap, s, os_now_ms());
 }
 
 size_t large_usable(const hak_slab_t *s, const void *p) {

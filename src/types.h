@@ -78,6 +78,7 @@ enum region_map_kind {
 #define OWNER_NONE ((uintptr_t)0)  /* free unit, region header: never a valid block */
 #define OWNER_ABANDONED ((uintptr_t)0x10) /* owner thread exited; live blocks remain */
 #define OWNER_LARGE ((uintptr_t)0x20)     /* one large block; freed on the slow path */
+#define OWNER_CACHED ((uintptr_t)0x30)    /* a free span in a heap's span cache */
 
 typedef struct hak_block {
   struct hak_block *next;
@@ -128,6 +129,15 @@ typedef struct hak_region {
   hak_slab_t slabs[UNITS_PER_REGION];         /* descriptor of the span starting here */
 } hak_region_t;
 
+/* Free spans a heap keeps for reuse without taking region_lock. */
+#define SPAN_CACHE_SLOTS 8
+#define SPAN_CACHE_MAX_UNITS 32
+typedef struct hak_span_cache {
+  hak_slab_t *spans[SPAN_CACHE_SLOTS]; /* oldest first; aux holds the time it came */
+  uint32_t count;
+  uint32_t units;
+} hak_span_cache_t;
+
 typedef struct hak_heap {
   /* Fast path: current slab for each 16-byte size step <= 1 KiB. Never NULL: an empty
    * queue points at the static empty slab, so "no heap yet" and "refill" are the same
@@ -136,6 +146,7 @@ typedef struct hak_heap {
   hak_slab_queue_t queue[NUM_CLASSES]; /* slabs with (possibly) free blocks */
   hak_slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
   hak_slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
+  hak_span_cache_t spans;
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
