@@ -19,8 +19,8 @@ void *large_alloc(size_t n, size_t align, bool zero) {
     void *p = huge_alloc(n, align);
     return p; /* huge mappings are fresh, hence zero */
   }
-  size_t units = round_up(n + slack, UNIT_SIZE) >> UNIT_SHIFT;
-  if (units == 0) units = 1;
+  /* At least one byte past the aligned start must be inside the span. */
+  size_t units = round_up((n ? n : 1) + slack, UNIT_SIZE) >> UNIT_SHIFT;
   bool zeroed = false;
   hak_heap_t *h = hak_tls_heap;
   /* A cached span up to a quarter bigger is as good as a new one, and needs no lock. */

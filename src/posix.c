@@ -78,7 +78,7 @@ hak_export void *hak_pvalloc(size_t n) {
 /* A size given back at free must be one that could have produced this block: no
  * larger than it, and not so small that another class would have been chosen. */
 static void check_size(void *p, size_t n, size_t align, const char *fn) {
-  size_t usable = block_usable_size(p, fn);
+  size_t usable = block_usable_size(p, "free");
   bool ok = n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align);
   if (!ok) hak_fatal_pointer("size mismatch", fn, p);
 }

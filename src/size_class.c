@@ -32,6 +32,7 @@ void size_class_init(void) {
     size_t gap = (units * UNIT_SIZE) % size;
     uint32_t align = size & -size;
     if (gap && (gap & -gap) < align) align = (uint32_t)(gap & -gap);
+    if (align > UNIT_SIZE) align = UNIT_SIZE; /* slabs start on a unit boundary */
     class_align[c] = align;
   }
   unsigned c = 0;
