@@ -15,6 +15,7 @@ hak_inline void *fast_malloc(size_t n) {
     hak_slab_t *s = h->direct[(n + 15) >> 4];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
+      HAK_ASSERT(region_slab_of((uintptr_t)b) == s && slab_is_block_start(s, (uintptr_t)b));
       s->free = b->next;
       s->used++;
       b->free_tag = 0;

@@ -243,6 +243,8 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
     return NULL;
   }
   heap_head_changed(h, c);
+  HAK_ASSERT(slab_owner(s) == (uintptr_t)h && s->class_idx == c);
+  if (HAKMEM_DEBUG >= 2) slab_check(s);
   hak_block_t *b = s->free;
   s->free = b->next;
   s->used++;
@@ -302,6 +304,8 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
 
 /* ---- the free slow path -------------------------------------------------------------- */
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
+  HAK_ASSERT(s->used == 0 && h->pinned[s->class_idx] != s);
+  if (HAKMEM_DEBUG >= 2) slab_check(s);
   /* Never the queue head: the pin keeps its count above zero. */
   queue_remove(&h->queue[s->class_idx], s);
   heap_release_slab(h, s);

@@ -88,6 +88,7 @@ bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none le
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
 bool slab_contains_free(hak_slab_t *s, hak_block_t *b); /* walks the lists */
 void slab_remote_push(hak_slab_t *s, hak_block_t *b);
+void slab_check(const hak_slab_t *s); /* debug level 2 */
 extern uintptr_t hak_cookie;
 
 hak_inline uintptr_t free_tag_of(uintptr_t a) { return a ^ hak_cookie; } /* == a ^ s->tag_key */

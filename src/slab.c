@@ -102,3 +102,22 @@ bool slab_contains_free(hak_slab_t *s, hak_block_t *b) {
   return list_has(s->free, b, s->reserved) || list_has(s->local_free, b, s->reserved) ||
          list_has(atomic_load_explicit(&s->remote, memory_order_acquire), b, s->reserved);
 }
+
+/* Debug level 2: the whole slab is consistent. Every free block is inside the carved
+ * part at a block boundary, no block is listed twice, and the counts add up. */
+void slab_check(const hak_slab_t *s) {
+  if (HAKMEM_DEBUG < 2) return;
+  uint32_t listed = 0;
+  const hak_block_t *lists[2] = {s->free, s->local_free};
+  for (int l = 0; l < 2; l++) {
+    for (const hak_block_t *b = lists[l]; b != NULL; b = b->next) {
+      uintptr_t a = (uintptr_t)b;
+      if (a < s->start || a >= s->start + (uintptr_t)s->capacity * s->block_size ||
+          (a - s->start) % s->block_size != 0)
+        hak_fatal_pointer("corrupt free list (a block outside its slab)", "slab_check", b);
+      if (++listed > s->capacity) hak_fatal_pointer("corrupt free list (a cycle)", "slab_check", s);
+    }
+  }
+  if (listed + s->used > s->capacity + 1) /* +1: the pin of a queue head */
+    hak_fatal_pointer("slab counts disagree", "slab_check", s);
+}

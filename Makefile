@@ -1,0 +1,52 @@
+# Convenience front end over CMake. `make bench` is the main job; `make test` runs every
+# test in the release, debug (invariant checks) and UBSan builds.
+BUILD   ?= build
+JOBS    ?= $(shell nproc)
+CMAKE   ?= cmake
+GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+PYTHON  ?= python3
+
+.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan bench bench-full perfcheck perfcheck-update install clean
+
+all: release
+
+release:
+	$(CMAKE) -S . -B $(BUILD)/release $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_SECURE=ON
+	$(CMAKE) --build $(BUILD)/release -j $(JOBS)
+
+debug:
+	$(CMAKE) -S . -B $(BUILD)/debug $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_SECURE=ON
+	$(CMAKE) --build $(BUILD)/debug -j $(JOBS)
+
+ubsan:
+	$(CMAKE) -S . -B $(BUILD)/ubsan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_UBSAN=ON -DHAKMEM_BUILD_BENCH=OFF
+	$(CMAKE) --build $(BUILD)/ubsan -j $(JOBS)
+
+test-release: release
+	cd $(BUILD)/release && ctest -j $(JOBS) --output-on-failure --timeout 600
+
+test-debug: debug
+	cd $(BUILD)/debug && ctest -j $(JOBS) --output-on-failure --timeout 600 -LE preload
+
+test-ubsan: ubsan
+	cd $(BUILD)/ubsan && ctest -j $(JOBS) --output-on-failure --timeout 600 -LE preload
+
+test: test-release test-debug test-ubsan
+
+bench: release
+	$(PYTHON) bench/harness/run.py --quick --hakmem $(BUILD)/release/libhakmem.so --out bench-results/quick
+
+bench-full: release
+	$(PYTHON) bench/harness/run.py --full --hakmem $(BUILD)/release/libhakmem.so --out bench-results/full
+
+perfcheck: release
+	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench
+
+perfcheck-update: release
+	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench --update
+
+install: release
+	$(CMAKE) --install $(BUILD)/release
+
+clean:
+	rm -rf $(BUILD)
