@@ -20,6 +20,8 @@ void free_outside_regions(void *p, const char *fn) {
     return;
   case MAP_HUGE_TAIL:
     hak_fatal_pointer("invalid pointer", fn, p);
+  case MAP_ZERO:
+    return;
   default:
     if (p != NULL) foreign_free(p, fn);
   }
@@ -43,8 +45,13 @@ static hak_slab_t *region_block_checked(void *p, const char *fn) {
 size_t block_usable_size(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   switch (region_map_kind(a)) {
-  case MAP_REGION:
-    return region_block_checked(p, fn)->block_size;
+  case MAP_REGION: {
+    hak_slab_t *s = region_block_checked(p, fn);
+    if (HAKMEM_SECURE && slab_owner(s) != OWNER_LARGE) return secure_usable(p, s);
+    return s->block_size;
+  }
+  case MAP_ZERO:
+    return 0;
   case MAP_HUGE:
     return huge_usable(p, fn);
   case MAP_HUGE_TAIL:
@@ -107,6 +114,12 @@ hak_export void *hak_realloc(void *p, size_t n) {
       return NULL;
     }
     size_t usable = s->block_size;
+    if (HAKMEM_SECURE && slab_owner(s) != OWNER_LARGE) {
+      size_t room = usable - SECURE_TAIL;
+      usable = secure_usable(p, s);
+      if (fits_in_place(n, room)) return secure_arm(p, n);
+      return realloc_move(p, usable, n);
+    }
     if (fits_in_place(n, usable) || (n <= usable && usable <= 16)) return p;
     if (slab_owner(s) == OWNER_LARGE && n > MID_MAX &&
         large_realloc_in_place(s, p, n) != NULL)
@@ -124,6 +137,8 @@ hak_export void *hak_realloc(void *p, size_t n) {
   }
   case MAP_HUGE_TAIL:
     hak_fatal_pointer("invalid pointer", "realloc", p);
+  case MAP_ZERO: /* a hardened malloc(0) block: nothing to copy or free */
+    return n ? fast_malloc(n) : NULL;
   default: {
     size_t usable = foreign_usable(p, "realloc");
     if (n == 0) {

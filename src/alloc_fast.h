@@ -9,25 +9,31 @@
 
 #include "internal.h"
 
-hak_inline void *fast_malloc(size_t n) {
+hak_inline void *fast_malloc_raw(size_t n) {
   hak_heap_t *h = hak_tls_heap;
   if (hak_likely(n <= TINY_MAX)) {
     hak_slab_t *s = h->direct[(n + 15) >> 4];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
       HAK_ASSERT(region_slab_of((uintptr_t)b) == s && slab_is_block_start(s, (uintptr_t)b));
-      s->free = b->next;
-      s->used++;
-      b->free_tag = 0;
-      return b;
+      return slab_pop(s, b);
     }
   }
   return heap_malloc_slow(n);
 }
 
+hak_inline void *fast_malloc(size_t n) {
+  if (HAKMEM_SECURE) return secure_malloc(n);
+  return fast_malloc_raw(n);
+}
+
 void free_outside_regions(void *p, const char *fn);
 
 hak_inline void fast_free(void *p) {
+  if (HAKMEM_SECURE) {
+    secure_free(p);
+    return;
+  }
   uintptr_t a = (uintptr_t)p;
   if (hak_likely(region_map_kind(a) == MAP_REGION)) {
     hak_slab_t *s = region_slab_of(a);
@@ -38,7 +44,7 @@ hak_inline void fast_free(void *p) {
     if (hak_likely(s->owner == (uintptr_t)h && slab_is_block_start(s, a) &&
                    b->free_tag != (a ^ s->tag_key))) {
       uintptr_t tag = a ^ s->tag_key;
-      b->next = s->local_free;
+      block_set_next(b, s->local_free);
       b->free_tag = tag;
       s->local_free = b;
       if (hak_likely(--s->used != 0)) return;

@@ -49,6 +49,18 @@ _Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p
   abort();
 }
 
+/* "hakmem: <what> 0x...": damage found in the heap rather than a bad argument. */
+_Noreturn void hak_fatal_at(const char *what, const void *p) {
+  char buf[256];
+  size_t at = append(buf, 0, "hakmem: ");
+  at = append(buf, at, what);
+  at = append(buf, at, " ");
+  at = append_hex(buf, at, (uintptr_t)p);
+  buf[at++] = '\n';
+  os_write_stderr(buf, at);
+  abort();
+}
+
 /* ---- recognising a C library heap chunk ----------------------------------------- */
 /* The mapping containing a, from /proc/self/maps, read without allocating. */
 typedef struct mapping {

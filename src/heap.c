@@ -245,11 +245,7 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
   heap_head_changed(h, c);
   HAK_ASSERT(slab_owner(s) == (uintptr_t)h && s->class_idx == c);
   if (HAKMEM_DEBUG >= 2) slab_check(s);
-  hak_block_t *b = s->free;
-  s->free = b->next;
-  s->used++;
-  b->free_tag = 0;
-  return b;
+  return slab_pop(s, s->free);
 }
 
 /* Every SWAP_CHECK_EVERY-th refill from local frees also looks at the clock for
@@ -265,11 +261,8 @@ void *heap_malloc_slow(size_t n) {
     hak_slab_t *s = h->direct[(n + 15) >> 4];
     hak_block_t *b = s->local_free;
     if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
-      s->free = b->next;
       s->local_free = NULL;
-      s->used++;
-      b->free_tag = 0;
-      return b;
+      return slab_pop(s, b);
     }
   }
   return heap_malloc_generic(n);
@@ -290,13 +283,8 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
   if (n <= MID_MAX) {
     uint32_t c = size_to_class(n);
     hak_slab_t *s = h->queue[c].head;
-    if (s != NULL && s->free != NULL) { /* mid sizes: the fast path, one level out */
-      hak_block_t *b = s->free;
-      s->free = b->next;
-      s->used++;
-      b->free_tag = 0;
-      return b;
-    }
+    if (s != NULL && s->free != NULL) /* mid sizes: the fast path, one level out */
+      return slab_pop(s, s->free);
     return heap_alloc_class(h, c);
   }
   return large_alloc(n, 0, false);
@@ -345,7 +333,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
     slab_remote_push(s, b);
     return;
   }
-  b->next = s->local_free;
+  block_set_next(b, s->local_free);
   b->free_tag = tag;
   s->local_free = b;
   s->used--;
@@ -419,6 +407,7 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
 size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
   if (h != &hak_heap_empty) {
+    if (HAKMEM_SECURE) secure_quarantine_flush(h);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       released += heap_collect_full(h, c);
       if (release_all) heap_unpin(h, c);
@@ -469,6 +458,7 @@ static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
 
 void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
+  if (HAKMEM_SECURE) secure_quarantine_flush(h);
   hak_tls_heap = &hak_heap_empty;
   uint64_t now = os_now_ms();
   span_cache_flush(h, now, -1);
@@ -489,6 +479,7 @@ void heap_atfork_child(void) {
   while (h != NULL) {
     hak_heap_t *next = h->all_next;
     if (h != mine) {
+      if (HAKMEM_SECURE) secure_quarantine_flush(h);
       span_cache_flush(h, now, -1);
       heap_release_all_locked(h, now);
       if (h->all_prev) h->all_prev->all_next = h->all_next;
@@ -521,6 +512,10 @@ void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]) 
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       walk_queue(&h->queue[c], h->pinned[c], c, used, slabs);
       walk_queue(&h->full[c], h->pinned[c], c, used, slabs);
+    }
+    for (uint32_t i = 0; HAKMEM_SECURE && i < QUARANTINE_SLOTS; i++) { /* freed, not reusable */
+      hak_block_t *q = h->quarantine[i];
+      if (q != NULL) used[region_slab_of((uintptr_t)q)->class_idx]--;
     }
   }
   for (uint32_t c = 0; c < NUM_CLASSES; c++) walk_queue(&abandoned[c], NULL, c, used, slabs);

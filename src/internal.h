@@ -90,6 +90,34 @@ bool slab_contains_free(hak_slab_t *s, hak_block_t *b); /* walks the lists */
 void slab_remote_push(hak_slab_t *s, hak_block_t *b);
 void slab_check(const hak_slab_t *s); /* debug level 2 */
 extern uintptr_t hak_cookie;
+extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
+_Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link);
+
+/* Free-list links. The hardened build stores next ^ key ^ own address, and checks that
+ * a decoded link lands on a carved block of the same slab before following it. */
+hak_inline hak_block_t *block_next(const hak_block_t *b) {
+  if (!HAKMEM_SECURE) return b->next;
+  return (hak_block_t *)((uintptr_t)b->next ^ hak_list_key ^ (uintptr_t)b);
+}
+hak_inline void block_set_next(hak_block_t *b, hak_block_t *next) {
+  if (!HAKMEM_SECURE) b->next = next;
+  else b->next = (hak_block_t *)((uintptr_t)next ^ hak_list_key ^ (uintptr_t)b);
+}
+hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
+  uintptr_t a = (uintptr_t)n;
+  if (n != NULL && (a - s->start >= (uintptr_t)s->capacity * s->block_size ||
+                    (a - s->start) % s->block_size != 0))
+    slab_corrupt_link(s, n);
+}
+/* Takes b, the head of s->free, off the list and hands it out. */
+hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
+  hak_block_t *n = block_next(b);
+  if (HAKMEM_SECURE) slab_check_link(s, n);
+  s->free = n;
+  s->used++;
+  b->free_tag = 0;
+  return b;
+}
 
 hak_inline uintptr_t free_tag_of(uintptr_t a) { return a ^ hak_cookie; } /* == a ^ s->tag_key */
 
@@ -126,9 +154,22 @@ size_t huge_usable(const void *p, const char *who);
 void *huge_realloc(void *p, size_t n);
 extern _Atomic size_t huge_mapped_bytes;
 
+/* ---- secure.c: the hardened build's checks ------------------------------------- */
+void *secure_arm(void *p, size_t n);  /* writes canary and size word; returns p */
+void secure_free(void *p);
+size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
+void *secure_malloc_zero(void);
+void *secure_malloc(size_t n);
+size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 */
+void secure_quarantine_flush(hak_heap_t *h);
+void secure_guard_large(hak_slab_t *s, bool on);
+void secure_guard_region(void *region);
+void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
+
 /* ---- foreign.c: pointers that are not ours ------------------------------------ */
 _Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
 _Noreturn void hak_fatal(const char *msg);
+_Noreturn void hak_fatal_at(const char *what, const void *p);
 /* A pointer not in any region: NULL, a libc block, or garbage. */
 void foreign_free(void *p, const char *fn);
 size_t foreign_usable(const void *p, const char *fn);

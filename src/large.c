@@ -15,6 +15,11 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 void *large_alloc(size_t n, size_t align, bool zero) {
   if (align < 16) align = 16;
   size_t slack = align > UNIT_SIZE ? align - UNIT_SIZE : 0;
+  size_t page = os_page_size();
+  if (HAKMEM_SECURE) { /* an inaccessible page before and after the block */
+    n = round_up(n ? n : 1, page);
+    slack = (align > page ? align : page) + page;
+  }
   if (n > LARGE_MAX || n + slack > LARGE_MAX) {
     void *p = huge_alloc(n, align);
     return p; /* huge mappings are fresh, hence zero */
@@ -36,10 +41,11 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   }
   units = s->units;
   uintptr_t base = slab_base(s);
-  uintptr_t p = round_up(base, align);
+  uintptr_t p = round_up(HAKMEM_SECURE ? base + page : base, align);
   s->class_idx = LARGE_CLASS;
   s->start = p;
-  s->block_size = (uint32_t)(base + units * UNIT_SIZE - p);
+  s->block_size = (uint32_t)(HAKMEM_SECURE ? n : base + units * UNIT_SIZE - p);
+  if (HAKMEM_SECURE) secure_guard_large(s, true);
   s->div_magic = 0;
   s->start_magic = 0;
   s->used = 1;
@@ -59,6 +65,7 @@ void large_free(hak_slab_t *s, void *p) {
   if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
     hak_fatal_pointer("double free", "free", p);
+  if (HAKMEM_SECURE) secure_guard_large(s, false);
   atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,
                             memory_order_relaxed);
   /* Any thread may keep a free span: it belongs to no heap until reused. */
@@ -72,6 +79,7 @@ size_t large_usable(const hak_slab_t *s, const void *p) {
 
 /* Resize without moving: shrink by giving back tail units, grow over free neighbours. */
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
+  if (HAKMEM_SECURE) return NULL; /* the guard pages stay put: move instead */
   uintptr_t base = slab_base(s);
   size_t head = (uintptr_t)p - base;
   size_t units = round_up(head + n, UNIT_SIZE) >> UNIT_SHIFT;

@@ -24,18 +24,13 @@ static void *aligned_alloc_impl(size_t align, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  if (n <= MID_MAX && align <= MID_MAX) {
-    for (uint32_t c = size_to_class(n < align ? align : n); c < NUM_CLASSES; c++) {
+  size_t need = n + SECURE_TAIL;
+  if (need <= MID_MAX && align <= MID_MAX) {
+    for (uint32_t c = size_to_class(need < align ? align : need); c < NUM_CLASSES; c++) {
       if (class_align[c] < align) continue;
       hak_slab_t *s = h->queue[c].head;
-      if (s != NULL && s->free != NULL) {
-        hak_block_t *b = s->free;
-        s->free = b->next;
-        s->used++;
-        b->free_tag = 0;
-        return b;
-      }
-      return heap_alloc_class(h, c);
+      void *p = s != NULL && s->free != NULL ? slab_pop(s, s->free) : heap_alloc_class(h, c);
+      return HAKMEM_SECURE ? secure_arm(p, n) : p;
     }
   }
   return large_alloc(n, align, false);

@@ -63,6 +63,10 @@ static hak_region_t *region_create(void) {
   r->dirty_free_units = 0;
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
   r->free_bits[0] &= ~(uint64_t)1; /* the header */
+  if (HAKMEM_SECURE) { /* the last unit guards the next region */
+    r->free_bits[UNITS_PER_REGION / 64 - 1] &= ~((uint64_t)1 << 63);
+    secure_guard_region(r);
+  }
   for (size_t u = 0; u < UNITS_PER_REGION; u++) r->unit_map[u] = &region_free_unit_slab;
   r->next = regions;
   r->prev = NULL;

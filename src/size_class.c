@@ -19,6 +19,14 @@ static uint32_t mid_size(unsigned k) {
   return (1u << bit) + (k % 4 + 1) * (1u << (bit - 2));
 }
 
+/* Blocks end at the slab's end; the remainder is a gap before block 0. The hardened
+ * build wants at least 16 bytes there, for the guard word block 0's check reads. */
+size_t slab_gap(size_t units, uint32_t size) {
+  size_t gap = (units * UNIT_SIZE) % size;
+  if (HAKMEM_SECURE && gap < 16) gap += size;
+  return gap;
+}
+
 void size_class_init(void) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     uint32_t size = c < TINY_CLASSES ? tiny_size(c) : mid_size(c - TINY_CLASSES);
@@ -29,7 +37,7 @@ void size_class_init(void) {
     class_units[c] = (uint8_t)units;
     /* Blocks start after a head gap of (slab bytes mod size), so their alignment is the
      * lowest set bit of both the size and the gap. */
-    size_t gap = (units * UNIT_SIZE) % size;
+    size_t gap = slab_gap(units, size);
     uint32_t align = size & -size;
     if (gap && (gap & -gap) < align) align = (uint32_t)(gap & -gap);
     if (align > UNIT_SIZE) align = UNIT_SIZE; /* slabs start on a unit boundary */

@@ -5,6 +5,12 @@
 
 /* Random per process; a free block's second word holds its address ^ cookie. */
 uintptr_t hak_cookie = 0x9e3779b97f4a7c15ull;
+uintptr_t hak_list_key;
+
+_Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
+  (void)s;
+  hak_fatal_at("corrupted free list (write after free?) at", link);
+}
 
 /* Carve a page's worth of blocks at a time, at least 16 so a thread cycling through a
  * few blocks refills rarely, but never more than a unit: first touch stays
@@ -18,11 +24,12 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   size_t bytes = (size_t)s->units * UNIT_SIZE;
   s->class_idx = class_idx;
   s->block_size = size;
-  s->start = slab_base(s) + bytes % size;
+  size_t gap = slab_gap(s->units, size);
+  s->start = slab_base(s) + gap;
   s->div_magic = UINT64_MAX / size + 1;
   s->start_magic = s->start * s->div_magic;
   s->tag_key = hak_cookie;
-  s->reserved = (uint32_t)(bytes / size);
+  s->reserved = (uint32_t)((bytes - gap) / size);
   s->capacity = 0;
   s->used = 0;
   s->free = NULL;
@@ -40,6 +47,11 @@ bool slab_extend(hak_slab_t *s) {
   if (n < 1) n = 1;
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
+  s->capacity += n;
+  if (HAKMEM_SECURE) {
+    secure_carve(s, first, n);
+    return true;
+  }
   hak_block_t *b = (hak_block_t *)first;
   for (uint32_t i = 0; i + 1 < n; i++) {
     hak_block_t *next = (hak_block_t *)((uintptr_t)b + s->block_size);
@@ -48,7 +60,6 @@ bool slab_extend(hak_slab_t *s) {
   }
   b->next = s->free;
   s->free = (hak_block_t *)first;
-  s->capacity += n;
   return true;
 }
 
@@ -61,8 +72,8 @@ uint32_t slab_collect(hak_slab_t *s) {
       s->free = s->local_free;
     } else {
       hak_block_t *t = s->local_free;
-      while (t->next) t = t->next;
-      t->next = s->free;
+      while (block_next(t)) t = block_next(t);
+      block_set_next(t, s->free);
       s->free = s->local_free;
     }
     s->local_free = NULL;
@@ -71,11 +82,11 @@ uint32_t slab_collect(hak_slab_t *s) {
     hak_block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
     hak_block_t *tail = list;
     taken = 1;
-    while (tail->next) {
-      tail = tail->next;
+    while (block_next(tail)) {
+      tail = block_next(tail);
       taken++;
     }
-    tail->next = s->free;
+    block_set_next(tail, s->free);
     s->free = list;
     s->used -= taken;
   }
@@ -85,13 +96,13 @@ uint32_t slab_collect(hak_slab_t *s) {
 void slab_remote_push(hak_slab_t *s, hak_block_t *b) {
   hak_block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
-    b->next = head;
+    block_set_next(b, head);
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_release,
                                                   memory_order_relaxed));
 }
 
 static bool list_has(hak_block_t *list, hak_block_t *b, uint32_t limit) {
-  for (uint32_t i = 0; list != NULL && i <= limit; list = list->next, i++)
+  for (uint32_t i = 0; list != NULL && i <= limit; list = block_next(list), i++)
     if (list == b) return true;
   return false;
 }
@@ -110,7 +121,7 @@ void slab_check(const hak_slab_t *s) {
   uint32_t listed = 0;
   const hak_block_t *lists[2] = {s->free, s->local_free};
   for (int l = 0; l < 2; l++) {
-    for (const hak_block_t *b = lists[l]; b != NULL; b = b->next) {
+    for (const hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
       uintptr_t a = (uintptr_t)b;
       if (a < s->start || a >= s->start + (uintptr_t)s->capacity * s->block_size ||
           (a - s->start) % s->block_size != 0)

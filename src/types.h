@@ -43,6 +43,14 @@
 #ifndef HAKMEM_DEBUG
 #define HAKMEM_DEBUG 0
 #endif
+/* The hardened build (libhakmem-secure): encoded free lists, canaries, quarantine,
+ * guard pages, zero-on-free, randomised carving. Also a plain-if constant. */
+#ifndef HAKMEM_SECURE
+#define HAKMEM_SECURE 0
+#endif
+/* Hardened small blocks end in canary bytes and an encoded size word. */
+#define SECURE_TAIL (HAKMEM_SECURE ? 16 : 0)
+#define QUARANTINE_SLOTS (HAKMEM_SECURE ? 256 : 1)
 
 /* ---- geometry ------------------------------------------------------------------- */
 #define UNIT_SHIFT 16
@@ -51,7 +59,8 @@
 #define REGION_SIZE ((size_t)1 << REGION_SHIFT)
 #define REGION_MASK (REGION_SIZE - 1)
 #define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512; unit 0 is the header */
-#define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - 1)
+/* Unit 0 is the header; the hardened build keeps the last unit as a guard. */
+#define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - 1 - HAKMEM_SECURE)
 
 /* The region map covers the 47-bit user address space, one byte per region. */
 #define ADDRESS_BITS 47
@@ -62,6 +71,7 @@ enum region_map_kind {
   MAP_REGION = 1,    /* a region: slabs and large blocks */
   MAP_HUGE = 2,      /* a huge block whose header is at this region-sized chunk's start */
   MAP_HUGE_TAIL = 3, /* the rest of a huge mapping */
+  MAP_ZERO = 4,      /* hardened build: inaccessible home of malloc(0) blocks */
 };
 
 /* ---- size classes -------------------------------------------------------------- */
@@ -159,6 +169,9 @@ typedef struct hak_heap {
   uint64_t stat_large_allocs;
   uint64_t stat_huge_allocs;
   uint64_t stat_remote_collected;
+  /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
+  hak_block_t *quarantine[QUARANTINE_SLOTS];
+  uint32_t quarantine_next;
 } hak_heap_t;
 
 #endif
