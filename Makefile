@@ -11,11 +11,11 @@ PYTHON  ?= python3
 all: release
 
 release:
-	$(CMAKE) -S . -B $(BUILD)/release $(GEN) -DCMAKE_BUILD_TYPE=Release 
+	$(CMAKE) -S . -B $(BUILD)/release $(GEN) -DCMAKE_BUILD_TYPE=Release -DHAKMEM_SECURE=ON 
 	$(CMAKE) --build $(BUILD)/release -j $(JOBS)
 
 debug:
-	$(CMAKE) -S . -B $(BUILD)/debug $(GEN) -DCMAKE_BUILD_TYPE=Debug 
+	$(CMAKE) -S . -B $(BUILD)/debug $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_SECURE=ON
 	$(CMAKE) --build $(BUILD)/debug -j $(JOBS)
 
 ubsan:

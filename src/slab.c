@@ -12,11 +12,11 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   hak_fatal_at("corrupted free list (write after free?) at", link);
 }
 
-/* Carve a page's worth of blocks at a time, at least 16 so a thread cycling through a
+/* Carve a page's worth of blocks at a time, at least 32 so a thread cycling through a
  * few blocks refills rarely, but never more than a unit: first touch stays
  * proportional to use. */
 #define EXTEND_BYTES 4096
-#define EXTEND_MIN_BLOCKS 16
+#define EXTEND_MIN_BLOCKS 32
 #define EXTEND_MAX_BYTES UNIT_SIZE
 
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
