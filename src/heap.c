@@ -392,8 +392,31 @@ static void sweep_abandoned_locked(uint64_t now) {
   }
 }
 
+/* A queue head that stayed empty for the purge delay gives its pages back but stays the
+ * head, so a thread that went quiet holds no dirty memory and one that did not loses
+ * nothing. aux holds when the head was first seen empty (only the pin in `used`). */
+static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
+  if (hak_opt.purge_delay_ms < 0) return;
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    hak_slab_t *s = h->pinned[c];
+    if (s == NULL || s->used != 1 || s->capacity == 0) {
+      if (s) s->aux = 0;
+      continue;
+    }
+    if (s->aux == 0) s->aux = now;
+    if (now - s->aux < (uint64_t)hak_opt.purge_delay_ms) continue;
+    s->free = s->local_free = NULL;
+    s->capacity = 0;
+    s->aux = 0;
+    os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
+    atomic_fetch_add_explicit(&hak_gstats.purged_bytes, (size_t)s->units * UNIT_SIZE,
+                              memory_order_relaxed);
+  }
+}
+
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
+  heap_purge_idle_heads(h, now);
   if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
   for (uint32_t c = 0; c < NUM_CLASSES; c++)
     if (h->full[c].head) heap_collect_full(h, c);

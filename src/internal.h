@@ -26,7 +26,6 @@ typedef struct hak_options {
   long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
   bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
   bool stats;           /* HAKMEM_STATS: print a report at exit */
-  bool verbose;         /* HAKMEM_VERBOSE: report option values and warnings */
 } hak_options_t;
 extern hak_options_t hak_opt;
 void options_init(void);

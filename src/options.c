@@ -10,7 +10,6 @@ hak_options_t hak_opt = {
     .region_cache = 2,
     .thp = false,
     .stats = false,
-    .verbose = false,
 };
 
 static bool read_long(const char *name, long *out) {
@@ -36,5 +35,4 @@ void options_init(void) {
   if (read_long("HAKMEM_REGION_CACHE", &x) && x >= 0) hak_opt.region_cache = x;
   read_bool("HAKMEM_THP", &hak_opt.thp);
   read_bool("HAKMEM_STATS", &hak_opt.stats);
-  read_bool("HAKMEM_VERBOSE", &hak_opt.verbose);
 }

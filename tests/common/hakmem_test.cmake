@@ -1,0 +1,33 @@
+# hakmem_add_test(<name> <source>... [TIMEOUT <seconds>] [ARGS <arg>...])
+#
+# Builds one test program linked to the `hakmem` library (so its malloc, free and
+# operator new/delete are hakmem's) and registers it with ctest under <name>.
+#
+# The compiler must not reason about allocation calls it believes it knows: it may
+# delete a malloc/free pair, assume calloc's memory is zero or fold an alignment check.
+# Hence -fno-builtin-<fn> for the C allocation functions and -fno-allocation-dce in C++.
+
+find_package(Threads REQUIRED)
+
+set(HAKMEM_TEST_COMMON_DIR "${CMAKE_CURRENT_LIST_DIR}")
+
+function(hakmem_add_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 T "" "TIMEOUT" "ARGS")
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_executable(${name} ${T_UNPARSED_ARGUMENTS})
+  target_link_libraries(${name} PRIVATE hakmem Threads::Threads)
+  target_include_directories(${name} PRIVATE
+    "${HAKMEM_TEST_COMMON_DIR}" "${HAKMEM_TEST_COMMON_DIR}/../../include")
+  set_target_properties(${name} PROPERTIES
+    C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS ON
+    CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS ON)
+  target_compile_options(${name} PRIVATE
+    -Wall -Wextra
+    $<$<COMPILE_LANGUAGE:C>:-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc
+      -fno-builtin-free -fno-builtin-aligned_alloc -fno-builtin-posix_memalign>
+    $<$<COMPILE_LANGUAGE:CXX>:-fno-allocation-dce -fno-builtin-malloc -fno-builtin-free>)
+  add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+endfunction()
