@@ -414,9 +414,43 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
   }
 }
 
+/* Free blocks of a page or more keep only their first words (list link, free tag, the
+ * mark below) resident: the whole pages inside them go back to the OS, so a few live
+ * blocks no longer hold a slab's worth of memory. The mark in the third word saves
+ * purging a block twice; a block handed out and freed again that kept its third word
+ * unwritten is simply skipped. */
+#define PURGED_MARK 0x5075726765644dull
+static void heap_purge_free_blocks(hak_heap_t *h) {
+  size_t page = os_page_size();
+  for (uint32_t c = TINY_CLASSES; c < NUM_CLASSES; c++) {
+    if (class_size[c] < 2 * page) continue;
+    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) {
+      hak_block_t *lists[2] = {s->free, s->local_free};
+      for (int l = 0; l < 2; l++) {
+        for (hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
+          uintptr_t a = (uintptr_t)b, *mark = (uintptr_t *)(a + 16);
+          if (*mark == (a ^ hak_cookie ^ PURGED_MARK)) continue;
+          uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
+          uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
+          if (to > from) {
+            os_purge((void *)from, to - from);
+            atomic_fetch_add_explicit(&hak_gstats.purged_bytes, to - from, memory_order_relaxed);
+          }
+          *mark = a ^ hak_cookie ^ PURGED_MARK;
+        }
+      }
+    }
+  }
+}
+
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
   heap_purge_idle_heads(h, now);
+  if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
+    h->next_block_purge_ms = now + (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
+                                                  ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
+    heap_purge_free_blocks(h);
+  }
   if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
   for (uint32_t c = 0; c < NUM_CLASSES; c++)
     if (h->full[c].head) heap_collect_full(h, c);
@@ -431,6 +465,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
   if (h != &hak_heap_empty) {
     if (HAKMEM_SECURE) secure_quarantine_flush(h);
+    heap_purge_free_blocks(h);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       released += heap_collect_full(h, c);
       if (release_all) heap_unpin(h, c);

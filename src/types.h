@@ -159,6 +159,7 @@ typedef struct hak_heap {
   hak_span_cache_t spans;
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
+  uint64_t next_block_purge_ms;
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
   struct hak_heap *pool_next;           /* recycled heap structures */
   uint64_t thread_id;
