@@ -1,0 +1,124 @@
+"""The allocators compared, and where their shared libraries are.
+
+hakmem is the project's Release libhakmem.so (a path given to the harness); glibc is the
+system allocator with nothing preloaded; mimalloc, jemalloc and tcmalloc come from their
+Debian packages, found with `dpkg -L` or at the usual library paths. An allocator whose
+library cannot be found or loaded is skipped with a note, never an error.
+"""
+
+import glob
+import os
+import subprocess
+from dataclasses import dataclass
+
+ORDER = ("hakmem", "glibc", "mimalloc", "jemalloc", "tcmalloc")
+
+# name -> (Debian package, library file name)
+PACKAGES = {
+    "mimalloc": ("libmimalloc2.0", "libmimalloc.so.2"),
+    "jemalloc": ("libjemalloc2", "libjemalloc.so.2"),
+    "tcmalloc": ("libtcmalloc-minimal4", "libtcmalloc_minimal.so.4"),
+}
+
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib",
+                "/usr/local/lib")
+
+
+@dataclass
+class Allocator:
+    name: str
+    preload: str  # the .so to put in LD_PRELOAD; None for glibc
+    version: str = ""
+
+    def env(self, base=None):
+        """The environment for a run under this allocator."""
+        env = dict(os.environ if base is None else base)
+        env.pop("LD_PRELOAD", None)
+        if self.preload:
+            env["LD_PRELOAD"] = self.preload
+        return env
+
+
+@dataclass
+class Skipped:
+    name: str
+    note: str
+
+
+def _dpkg_lines(args):
+    try:
+        out = subprocess.run(["dpkg"] + args, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return out.stdout.splitlines() if out.returncode == 0 else []
+
+
+def _package_version(package):
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def find_library(name):
+    """(path, version) of a comparison allocator's library, or (None, "")."""
+    package, filename = PACKAGES[name]
+    for line in _dpkg_lines(["-L", package]):
+        if os.path.basename(line) == filename and os.path.exists(line):
+            return line, _package_version(package)
+    for pattern in LIBRARY_DIRS:
+        for path in sorted(glob.glob(os.path.join(pattern, filename))):
+            if os.path.exists(path):
+                return path, _package_version(package)
+    return None, ""
+
+
+def discover(hakmem_path, overrides=None, wanted=None):
+    """(allocators found, allocators skipped) in the canonical order.
+
+    overrides maps an allocator name to a library path to use instead of searching;
+    wanted, if given, limits the result to those names (the others are not mentioned).
+    """
+    overrides = dict(overrides or {})
+    found, skipped = [], []
+    for name in ORDER:
+        if wanted is not None and name not in wanted:
+            continue
+        if name == "glibc":
+            found.append(Allocator("glibc", None))
+            continue
+        if name == "hakmem" or name in overrides:
+            path = overrides.get(name, hakmem_path)
+            if path and os.path.isfile(path):
+                found.append(Allocator(name, os.path.abspath(path)))
+            else:
+                skipped.append(Skipped(name, "library not found at %s" % path))
+            continue
+        path, version = find_library(name)
+        if path is None:
+            skipped.append(Skipped(name, "package %s not installed (%s not found)" % PACKAGES[name]))
+        else:
+            found.append(Allocator(name, path, version))
+    return found, skipped
+
+
+def probe(allocator, command, timeout=60):
+    """None if the dynamic loader accepts the allocator's library, else why not.
+
+    The loader only warns when a preload cannot be loaded and then runs the program with
+    glibc, which would silently measure the wrong allocator: such an allocator is skipped.
+    A library that loads but then fails is not skipped: its runs are recorded as failures.
+    """
+    if not allocator.preload:
+        return None
+    try:
+        out = subprocess.run(command, env=allocator.env(), capture_output=True, text=True,
+                             timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # the runs themselves will show it
+    for line in out.stderr.splitlines():
+        if "cannot be preloaded" in line:
+            return line.strip()
+    return None

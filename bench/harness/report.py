@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Regenerates report.md and the charts from a results file, and from nothing else.
+
+usage: python3 bench/harness/report.py RESULTS.json|RESULTS.csv [--out DIR] [--svg]
+
+The report goes next to the results file (or into --out): report.md, with one table per
+figure (throughput, peak RSS, the memory-behaviour RSS, callgrind instructions per
+malloc+free pair), ratios of medians to mimalloc and to glibc, geometric means of the
+ratios over the suite, failures, the machine and the exact commands; and charts/ with
+the ratio charts (PNG when matplotlib is available, else SVG).
+"""
+
+import argparse
+import os
+import sys
+from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import charts  # noqa: E402
+import known_issues  # noqa: E402
+import results  # noqa: E402
+import stats  # noqa: E402
+
+BASELINES = ("mimalloc", "glibc")
+MEMORY_KEYS = ("rss_peak_kib", "rss_after_free_kib", "rss_after_continue_kib")
+
+
+# ---- analysis --------------------------------------------------------------------------
+
+def allocator_order(meta, records):
+    names = [a["name"] for a in meta.get("allocators", [])]
+    for r in records:
+        if r["allocator"] not in names:
+            names.append(r["allocator"])
+    return names
+
+
+def group_timed(records):
+    """{(workload, threads): {allocator: [counted ok records]}}, in the order run."""
+    groups = OrderedDict()
+    for r in records:
+        if r["kind"] != "timed":
+            continue
+        by_alloc = groups.setdefault((r["workload"], r["threads"]), OrderedDict())
+        runs = by_alloc.setdefault(r["allocator"], [])
+        if not r["warmup"] and r["status"] == "ok":
+            runs.append(r)
+    return groups
+
+
+def summarise(runs, value):
+    xs = [value(r) for r in runs if value(r) is not None]
+    if not xs:
+        return None
+    return {"n": len(xs), "median": stats.median(xs), "min": min(xs), "max": max(xs),
+            "cv": stats.cv(xs)}
+
+
+def figure(groups, value):
+    """{config: {allocator: summary}} for one figure (value picks it from a record)."""
+    return OrderedDict((config, OrderedDict((a, summarise(runs, value)) for a, runs in by_alloc.items()))
+                       for config, by_alloc in groups.items())
+
+
+def ratios(fig, baseline):
+    """{config: {allocator: median / baseline's median}}."""
+    out = OrderedDict()
+    for config, by_alloc in fig.items():
+        base = by_alloc.get(baseline)
+        base_median = base["median"] if base else None
+        out[config] = {a: stats.ratio(s["median"] if s else None, base_median) for a, s in by_alloc.items()}
+    return out
+
+
+def geomeans(ratio_table, allocators):
+    return {a: stats.geomean(row.get(a) for row in ratio_table.values()) for a in allocators}
+
+
+def callgrind_per_pair(records):
+    """{loop: {allocator: instructions per malloc+free pair}} from the N and zero runs."""
+    runs = OrderedDict()
+    for r in records:
+        if r["kind"] == "callgrind" and r["status"] == "ok" and r["instructions"] is not None:
+            runs.setdefault(r["workload"], OrderedDict()).setdefault(r["allocator"], {})[r["iterations"]] = r
+    table = OrderedDict()
+    for loop, by_alloc in runs.items():
+        table[loop] = OrderedDict()
+        for alloc, by_iters in by_alloc.items():
+            zero = by_iters.get(0)
+            counted = [n for n in by_iters if n > 0]
+            if zero is None or not counted:
+                table[loop][alloc] = None
+                continue
+            n = max(counted)
+            table[loop][alloc] = (by_iters[n]["instructions"] - zero["instructions"]) / n
+    return table
+
+
+def callgrind_ratios(table, baseline):
+    return OrderedDict((loop, {a: stats.ratio(v, row.get(baseline)) for a, v in row.items()})
+                       for loop, row in table.items())
+
+
+def failures(records):
+    return [r for r in records if r["status"] != "ok"]
+
+
+def unexpected_failures(records):
+    return [r for r in failures(records) if known_issues.match(r) is None]
+
+
+# ---- formatting ------------------------------------------------------------------------
+
+def fmt_num(v, digits=3):
+    if v is None:
+        return "n/a"
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e5 or abs(v) < 1e-2:
+        return "%.*e" % (digits - 1, v)
+    return "%.*g" % (digits, v)
+
+
+def fmt_ratio(v):
+    return "n/a" if v is None else "%.2f" % v
+
+
+def fmt_cv(s):
+    return "" if s is None or s["cv"] is None else " ±%.1f%%" % (100 * s["cv"])
+
+
+def config_label(config):
+    workload, threads = config
+    return "%s t=%d" % (workload, threads)
+
+
+def md_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def value_table(fig, allocators, scale=1.0, unit_digits=3):
+    rows = []
+    for config, by_alloc in fig.items():
+        cells = []
+        for a in allocators:
+            s = by_alloc.get(a)
+            if s is None:
+                cells.append("n/a")
+            else:
+                cells.append("%s%s [%s–%s]" % (fmt_num(s["median"] / scale, unit_digits), fmt_cv(s),
+                                               fmt_num(s["min"] / scale, unit_digits),
+                                               fmt_num(s["max"] / scale, unit_digits)))
+        rows.append([config_label(config)] + cells)
+    return md_table(["workload"] + list(allocators), rows)
+
+
+def ratio_table(table, allocators, label=config_label, first="workload"):
+    rows = [[label(config)] + [fmt_ratio(row.get(a)) for a in allocators] for config, row in table.items()]
+    gm = geomeans(table, allocators)
+    rows.append(["**geometric mean**"] + ["**%s**" % fmt_ratio(gm[a]) for a in allocators])
+    return md_table([first] + list(allocators), rows)
+
+
+# ---- charts ----------------------------------------------------------------------------
+
+def chart_specs(thr_ratios, rss_ratios, cg_table, cg_ratios, allocators, baseline):
+    specs = []
+
+    def ratio_spec(name, title, ylabel, table, label=config_label):
+        configs = list(table)
+        return {"name": name, "title": title, "ylabel": ylabel, "log": True, "baseline": 1.0,
+                "groups": [label(c) for c in configs],
+                "series": [{"label": a, "values": [table[c].get(a) for c in configs]} for a in allocators]}
+
+    if thr_ratios:
+        specs.append(ratio_spec("throughput_vs_%s" % baseline, "Throughput relative to %s" % baseline,
+                                "ratio of medians (higher is faster)", thr_ratios))
+    if rss_ratios:
+        specs.append(ratio_spec("peak_rss_vs_%s" % baseline, "Peak RSS relative to %s" % baseline,
+                                "ratio of medians (lower is leaner)", rss_ratios))
+    if cg_ratios:
+        specs.append(ratio_spec("callgrind_vs_%s" % baseline,
+                                "Instructions per malloc+free pair relative to %s" % baseline,
+                                "ratio (lower is cheaper)", cg_ratios, label=str))
+    if cg_table:
+        loops = list(cg_table)
+        specs.append({"name": "callgrind_instructions", "title": "Instructions per malloc+free pair",
+                      "ylabel": "instructions (callgrind)", "log": False, "baseline": 0.0,
+                      "groups": loops,
+                      "series": [{"label": a, "values": [cg_table[l].get(a) for l in loops]}
+                                 for a in allocators]})
+    return specs
+
+
+# ---- the report ------------------------------------------------------------------------
+
+def render(meta, records, chart_files, chart_dir="charts"):
+    allocators = allocator_order(meta, records)
+    groups = group_timed(records)
+    thr = figure(groups, lambda r: r["throughput"])
+    rss = figure(groups, lambda r: r["peak_rss_kib"])
+    cg = callgrind_per_pair(records)
+    out = ["# hakmem benchmark report", ""]
+
+    mode = meta.get("mode", "unknown")
+    out.append("Mode **%s**: %s warm-up round(s) and %s counted round(s) per workload, allocators "
+               "interleaved in every round (%s). Generated by `bench/harness/report.py` from the "
+               "results file alone; every run is in results.json / results.csv."
+               % (mode, meta.get("warmup", "?"), meta.get("rounds", "?"), ", ".join(allocators)))
+    out.append("")
+    for note in meta.get("scale_notes", []):
+        out.append("- " + note)
+    for s in meta.get("skipped", []):
+        out.append("- **%s skipped**: %s" % (s["name"], s["note"]))
+    for note in meta.get("notes", []):
+        out.append("- " + note)
+    out.append("")
+    out.append("Cells are median [min–max] with the coefficient of variation (±CV) over the "
+               "counted rounds; ratios are ratios of medians. A ratio table's last row is the "
+               "geometric mean over the workloads where both figures exist.")
+    out.append("")
+
+    def ratio_sections(title, fig, better):
+        for base in BASELINES:
+            if base in allocators:
+                out.append("#### %s relative to %s (%s)" % (title, base, better))
+                out.append("")
+                out.append(ratio_table(ratios(fig, base), allocators))
+                out.append("")
+
+    if thr:
+        out += ["## Figure 1: throughput (operations per second)", "",
+                "The workload's own ops/s (see bench/README.md for what one op is in each).", "",
+                value_table(thr, allocators), ""]
+        ratio_sections("Throughput", thr, "higher is faster")
+    if rss:
+        out += ["## Figure 2: peak RSS (MiB)", "",
+                "Peak resident set of the whole process (its VmHWM, reported by the workload at exit).", "",
+                value_table(rss, allocators, scale=1024.0), ""]
+        ratio_sections("Peak RSS", rss, "lower is leaner")
+
+    mem = [(config, by_alloc) for config, by_alloc in groups.items() if config[0].startswith("memory_behaviour")]
+    if mem:
+        out += ["## Memory behaviour: does RSS fall back? (MiB, medians)", "",
+                "RSS read by the workload from /proc/self/statm: at the peak of the working set, "
+                "right after freeing it, and after continuing with small allocations for "
+                "continue_ms (300 ms in quick and full mode).", ""]
+        rows = []
+        for config, by_alloc in mem:
+            for a in allocators:
+                runs = by_alloc.get(a, [])
+                med = [stats.median([r["result"].get(k) for r in runs if r["result"].get(k) is not None])
+                       for k in MEMORY_KEYS]
+                kept = stats.ratio(med[2], med[0])
+                rows.append([config_label(config), a] + [fmt_num(m / 1024.0 if m is not None else None)
+                                                         for m in med]
+                            + ["n/a" if kept is None else "%.0f%%" % (100 * kept)])
+        out += [md_table(["workload", "allocator", "peak", "after free", "after continuing",
+                          "still held (of peak)"], rows), ""]
+
+    if cg:
+        out += ["## Figure 3: instructions per malloc+free pair (callgrind)", "",
+                "(instructions(N iterations) - instructions(0 iterations)) / N, one run each "
+                "(deterministic). Includes the loop's own few instructions of bookkeeping and "
+                "checking, the same for every allocator.", ""]
+        rows = [[loop] + [fmt_num(row.get(a), 4) for a in allocators] for loop, row in cg.items()]
+        out += [md_table(["loop"] + list(allocators), rows), ""]
+        for base in BASELINES:
+            if base in allocators:
+                out.append("#### Instructions relative to %s (lower is cheaper)" % base)
+                out.append("")
+                out.append(ratio_table(callgrind_ratios(cg, base), allocators, label=str, first="loop"))
+                out.append("")
+
+    if chart_files:
+        out += ["## Charts", ""]
+        out += ["![%s](%s/%s)" % (f, chart_dir, f) for f in chart_files]
+        out.append("")
+
+    fails = failures(records)
+    out += ["## Failures", ""]
+    if not fails:
+        out += ["None: every run exited 0 with a RESULT line.", ""]
+    else:
+        rows = []
+        for r in fails:
+            issue = known_issues.match(r)
+            rows.append([r["allocator"], r["workload"], r["threads"], r["round"], r["status"],
+                         r["exit_status"], (r["message"] or "").replace("|", "\\|"),
+                         ("known: " + issue.why) if issue else "**unexpected**"])
+        out += [md_table(["allocator", "workload", "threads", "round", "status", "exit", "message",
+                          "verdict"], rows), ""]
+
+    m = meta.get("machine", {})
+    out += ["## Machine", "",
+            "- uname: `%s`" % m.get("uname", "?"),
+            "- CPU: %s; nproc: %s" % (m.get("cpu", "?"), m.get("nproc", "?")),
+            "- date: %s" % m.get("date", "?"),
+            "- git commit: %s%s" % (m.get("git_commit", "?"), " (uncommitted changes)" if m.get("git_dirty") else ""),
+            "- Python %s; %s" % (m.get("python", "?"), m.get("valgrind", "?"))]
+    for a in meta.get("allocators", []):
+        out.append("- %s: %s%s" % (a["name"], a.get("preload") or "(nothing preloaded)",
+                                   " (package version %s)" % a["version"] if a.get("version") else ""))
+    out.append("")
+
+    out += ["## Commands", ""]
+    if meta.get("harness_command"):
+        out += ["The harness:", "", "```", meta["harness_command"], "```", ""]
+    out += ["Every distinct workload command (each ran once per round):", "", "```"]
+    seen = OrderedDict()
+    for r in records:
+        seen.setdefault(r["command"], None)
+    out += list(seen) + ["```", ""]
+    return "\n".join(out)
+
+
+def generate(results_path, out_dir=None, force_svg=False):
+    """Writes report.md and charts/ for a results file; returns the report's path."""
+    meta, records = results.load(results_path)
+    out_dir = out_dir or os.path.dirname(os.path.abspath(results_path))
+    allocators = allocator_order(meta, records)
+    baseline = "mimalloc" if "mimalloc" in allocators else "glibc"
+    groups = group_timed(records)
+    cg = callgrind_per_pair(records)
+    specs = chart_specs(ratios(figure(groups, lambda r: r["throughput"]), baseline),
+                        ratios(figure(groups, lambda r: r["peak_rss_kib"]), baseline),
+                        cg, callgrind_ratios(cg, baseline), allocators, baseline)
+    chart_dir = os.path.join(out_dir, "charts")
+    chart_files = charts.write_charts(specs, chart_dir, force_svg=force_svg) if specs else []
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render(meta, records, chart_files))
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Regenerate report.md and charts from a results file.")
+    parser.add_argument("results", help="results.json (or results.csv, which has no machine details)")
+    parser.add_argument("--out", help="directory for report.md and charts/ (default: beside the results)")
+    parser.add_argument("--svg", action="store_true", help="write SVG charts even if matplotlib is there")
+    args = parser.parse_args(argv)
+    print(generate(args.results, args.out, force_svg=args.svg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

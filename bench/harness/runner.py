@@ -1,0 +1,111 @@
+"""Running one workload process and reading what it did.
+
+A run is started directly (no shell), its stdout and stderr go to temporary files, and
+the harness waits for it. A run longer than its timeout is killed with its process group.
+
+Peak RSS comes from the workload itself (peak_rss_kib in its RESULT line, the kernel's
+VmHWM for the process), not from wait4's ru_maxrss: the kernel folds the high-water mark
+of the memory a child had before exec into ru_maxrss, and a child forked or vforked from
+this Python process had the harness's own ~15-25 MiB (checked: /bin/true reports 14 MiB
+this way, 1 MiB under /usr/bin/time), which would hide the small workloads' differences.
+"""
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+from results import parse_result_line
+
+
+@dataclass
+class Outcome:
+    wall_seconds: float
+    exit_status: int  # exit code, or minus the signal number
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    @property
+    def result(self):
+        return parse_result_line(self.stdout)
+
+    def status(self):
+        """ok, failed, crashed or timeout."""
+        if self.timed_out:
+            return "timeout"
+        if self.exit_status < 0:
+            return "crashed"
+        if self.exit_status != 0 or self.result is None:
+            return "failed"
+        return "ok"
+
+    def message(self):
+        """Why a run is not ok (None when it is)."""
+        status = self.status()
+        if status == "ok":
+            return None
+        if status == "timeout":
+            return "killed after the time limit"
+        lines = [l.strip() for l in self.stderr.splitlines() if l.strip()]
+        fails = [l for l in lines if l.startswith("FAIL ")]
+        if status == "crashed":
+            what = "killed by signal %d (%s)" % (-self.exit_status, _signal_name(-self.exit_status))
+            return what + (": " + lines[-1] if lines else "")
+        if fails:
+            return fails[-1]
+        if self.exit_status == 0:
+            return "exit 0 but no RESULT line"
+        return "exit %d%s" % (self.exit_status, ": " + lines[-1] if lines else "")
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "signal %d" % number
+
+
+def command_line(argv, env_preload):
+    """The exact command as one shell line, LD_PRELOAD first when there is one."""
+    prefix = "LD_PRELOAD=%s " % shlex.quote(env_preload) if env_preload else ""
+    return prefix + shlex.join(argv)
+
+
+def run(argv, env, timeout):
+    """Runs argv with env; returns an Outcome."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        return Outcome(wall_seconds=wall, exit_status=proc.returncode,
+                       stdout=out.read().decode(errors="replace"),
+                       stderr=err.read().decode(errors="replace"), timed_out=timed_out)
+
+
+_COLLECTED = re.compile(r"^==\d+== Collected : (\d+)\s*$", re.M)
+_IREFS = re.compile(r"^==\d+== I\s+refs:\s+([\d,]+)\s*$", re.M)
+
+
+def parse_callgrind_total(stderr):
+    """Total instructions from callgrind's closing summary on stderr, or None."""
+    m = _COLLECTED.search(stderr) or _IREFS.search(stderr)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def callgrind_argv(argv):
+    return ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + list(argv)
