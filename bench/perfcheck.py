@@ -1,52 +1,45 @@
 #!/usr/bin/env python3
 """Instruction-count regression check for hakmem's fast paths (`make perfcheck`).
 
-Runs the fast-path loops under callgrind with hakmem preloaded, N iterations and zero
-iterations, and reports (total(N) - total(0)) / N instructions per malloc+free pair.
-Fails when any figure rises more than 3% above bench/perf_baseline.json. Callgrind counts
-instructions, not time, so the figures repeat exactly on any machine with the same
-binaries; update the baseline (--update) only with a measured improvement.
+Runs the suite's callgrind loops (harness/workloads.py CALLGRIND_LOOPS) with hakmem
+preloaded at N iterations and at zero, and reports (total(N) - total(0)) / N
+instructions per malloc+free pair. Fails when any figure rises more than 3% above
+bench/perf_baseline.json. Callgrind counts instructions, not time, so the figures repeat
+exactly for the same binaries; update the baseline (--update) only with a measured
+improvement.
 """
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "harness"))
+from runner import callgrind_argv, parse_callgrind_total  # noqa: E402
+from workloads import CALLGRIND_LOOPS  # noqa: E402
+
 BASELINE = os.path.join(HERE, "perf_baseline.json")
 TOLERANCE = 0.03
-ITERATIONS = 200_000
-CASES = {
-    "fixed_16": ["fixed", "16"],
-    "fixed_64": ["fixed", "64"],
-    "fixed_256": ["fixed", "256"],
-    "fixed_1024": ["fixed", "1024"],
-    "ring_1000": ["ring"],
-}
+SCALE = "quick"
 
 
-def callgrind_total(binary, args, lib):
+def callgrind_total(argv, lib):
     env = dict(os.environ, LD_PRELOAD=lib)
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", binary] + args
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
-    if not m:
-        raise RuntimeError("no callgrind total in:\n" + out.stderr[-2000:])
-    return int(m.group(1))
+    out = subprocess.run(callgrind_argv(argv), env=env, capture_output=True, text=True)
+    total = parse_callgrind_total(out.stderr)
+    if out.returncode != 0 or total is None:
+        raise RuntimeError("callgrind run failed: %s\n%s" % (argv, out.stderr[-2000:]))
+    return total
 
 
 def measure(binary, lib):
     figures = {}
-    for name, head in CASES.items():
-        if head[0] == "fixed":
-            run = lambda n: head + [str(n)]
-        else:
-            run = lambda n: ["ring", str(n)]
-        full = callgrind_total(binary, run(ITERATIONS), lib)
-        zero = callgrind_total(binary, run(0), lib)
-        figures[name] = round((full - zero) / ITERATIONS, 2)
+    for loop in CALLGRIND_LOOPS:
+        n = loop.iterations[SCALE]
+        full = callgrind_total([binary] + loop.args(n), lib)
+        zero = callgrind_total([binary] + loop.args(0), lib)
+        figures[loop.name] = round((full - zero) / n, 2)
     return figures
 
 
@@ -59,31 +52,31 @@ def main():
     binary = os.path.join(args.bin, "bench_fastpath_loop")
     for need in (binary, args.hakmem):
         if not os.path.exists(need):
-            sys.exit(f"perfcheck: {need} not found (build first: make release)")
+            sys.exit("perfcheck: %s not found (build first: make release)" % need)
     figures = measure(binary, os.path.abspath(args.hakmem))
     if args.update:
         with open(BASELINE, "w") as f:
-            json.dump({"unit": "instructions per malloc+free pair (callgrind)",
-                       "iterations": ITERATIONS, "figures": figures}, f, indent=2)
+            json.dump({"unit": "instructions per malloc+free pair (callgrind, start-up subtracted)",
+                       "scale": SCALE, "figures": figures}, f, indent=2)
             f.write("\n")
         for k, v in figures.items():
-            print(f"{k:12s} {v:8.2f}  (baseline written)")
+            print("%-20s %8.2f  (baseline written)" % (k, v))
         return 0
     with open(BASELINE) as f:
         base = json.load(f)["figures"]
     failed = False
-    print(f"{'case':12s} {'now':>8s} {'baseline':>9s} {'change':>8s}")
+    print("%-20s %8s %9s %8s" % ("loop", "now", "baseline", "change"))
     for k, v in figures.items():
         b = base.get(k)
         if b is None:
-            print(f"{k:12s} {v:8.2f} {'-':>9s}")
+            print("%-20s %8.2f %9s" % (k, v, "-"))
             continue
         change = (v - b) / b
         bad = change > TOLERANCE
         failed |= bad
-        print(f"{k:12s} {v:8.2f} {b:9.2f} {change:+8.1%}{'  REGRESSION' if bad else ''}")
+        print("%-20s %8.2f %9.2f %+7.1f%%%s" % (k, v, b, 100 * change, "  REGRESSION" if bad else ""))
     if failed:
-        print(f"perfcheck: FAILED: instructions rose more than {TOLERANCE:.0%} over the baseline")
+        print("perfcheck: FAILED: instructions rose more than %d%% over the baseline" % (100 * TOLERANCE))
         return 1
     print("perfcheck: ok")
     return 0

@@ -299,6 +299,32 @@ void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
   heap_release_slab(h, s);
 }
 
+/* ---- remote frees, batched ---------------------------------------------------- */
+/* Frees into the same foreign slab are chained locally and handed over with one CAS:
+ * the owner's cache line is written once per batch, not once per block. */
+#define REMOTE_BATCH 32
+
+void heap_remote_flush(hak_heap_t *h) {
+  if (h->remote_slab == NULL) return;
+  slab_remote_push(h->remote_slab, h->remote_head, h->remote_tail);
+  h->remote_slab = NULL;
+  h->remote_head = h->remote_tail = NULL;
+  h->remote_count = 0;
+}
+
+static void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
+  if (h->remote_slab != s) {
+    heap_remote_flush(h);
+    h->remote_slab = s;
+    h->remote_tail = b;
+    block_set_next(b, NULL);
+  } else {
+    block_set_next(b, h->remote_head);
+  }
+  h->remote_head = b;
+  if (++h->remote_count >= REMOTE_BATCH) heap_remote_flush(h);
+}
+
 /* p is in a region but in no live slab: a block freed twice (its span since given
  * back), or a pointer that never was a block. The old descriptor and the free tag
  * tell which, without touching anything outside the region. */
@@ -324,13 +350,15 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of(a);
   bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
-  if (b->free_tag == tag) {
-    /* Only the owner can walk the lists; another thread trusts the 64-bit tag. */
-    if (!mine || slab_contains_free(s, b)) hak_fatal_pointer("double free", "free", p);
-  }
+  /* A block carries the tag only between free and the next malloc, and the tag is
+   * random per process and per address: a match is a double free. (The owner cannot
+   * rule it out by walking its lists: the first free may sit in another thread's
+   * pending remote chain.) */
+  if (b->free_tag == tag) hak_fatal_pointer("double free", "free", p);
   if (!mine) {
     b->free_tag = tag;
-    slab_remote_push(s, b);
+    if (h != &hak_heap_empty) heap_remote_batch(h, s, b);
+    else slab_remote_push(s, b, b);
     return;
   }
   block_set_next(b, s->local_free);
@@ -445,6 +473,7 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
 
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
+  heap_remote_flush(h);
   heap_purge_idle_heads(h, now);
   if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
     h->next_block_purge_ms = now + (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
@@ -465,6 +494,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
   if (h != &hak_heap_empty) {
     if (HAKMEM_SECURE) secure_quarantine_flush(h);
+    heap_remote_flush(h);
     heap_purge_free_blocks(h);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       released += heap_collect_full(h, c);
@@ -517,6 +547,7 @@ static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
 void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
   if (HAKMEM_SECURE) secure_quarantine_flush(h);
+  heap_remote_flush(h);
   hak_tls_heap = &hak_heap_empty;
   uint64_t now = os_now_ms();
   span_cache_flush(h, now, -1);
@@ -538,6 +569,7 @@ void heap_atfork_child(void) {
     hak_heap_t *next = h->all_next;
     if (h != mine) {
       if (HAKMEM_SECURE) secure_quarantine_flush(h);
+      heap_remote_flush(h);
       span_cache_flush(h, now, -1);
       heap_release_all_locked(h, now);
       if (h->all_prev) h->all_prev->all_next = h->all_next;

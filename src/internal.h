@@ -85,8 +85,7 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
-bool slab_contains_free(hak_slab_t *s, hak_block_t *b); /* walks the lists */
-void slab_remote_push(hak_slab_t *s, hak_block_t *b);
+void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail); /* a chain */
 void slab_check(const hak_slab_t *s); /* debug level 2 */
 extern uintptr_t hak_cookie;
 extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
@@ -133,6 +132,7 @@ void heap_free_slow(void *p, hak_slab_t *s);
 _Noreturn void report_not_live(void *p, const char *fn);
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);
 void heap_abandon(hak_heap_t *h);        /* thread exit */
+void heap_remote_flush(hak_heap_t *h);   /* push the pending remote chain */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim this thread's heap */
 void heap_atfork_child(void);
 void *heap_alloc_class(hak_heap_t *h, uint32_t c);

@@ -9,9 +9,9 @@
 
 #define REGION_MAGIC 0x68616b6d656d5247ull /* "hakmemRG" */
 
-_Static_assert(sizeof(hak_region_t) <= UNIT_SIZE, "the region header must fit unit 0");
-_Static_assert(sizeof(hak_slab_t) == 112, "slab descriptor layout changed");
-_Static_assert(offsetof(hak_slab_t, remote) < 64, "fast-path fields must share one cache line");
+_Static_assert(sizeof(hak_region_t) <= REGION_HEADER_UNITS * UNIT_SIZE, "header too big");
+_Static_assert(sizeof(hak_slab_t) == 128, "slab descriptor layout changed");
+_Static_assert(offsetof(hak_slab_t, remote) == 64, "remote frees must not share the owner's line");
 
 /* One byte per possible region in the address space: 4 MiB of zero-filled .bss whose
  * pages only become resident where regions exist. A pointer's region kind is one load. */
@@ -25,6 +25,14 @@ pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static hak_region_t *regions;  /* all regions, newest first */
 static size_t empty_regions;   /* regions with every unit free */
 static uint64_t next_purge_ms; /* earliest time a purge pass can find work */
+static size_t dirty_units;     /* free units of all regions that may be resident */
+static size_t used_units;      /* units in spans */
+
+/* Free memory kept resident for reuse is bounded: beyond 8 MiB plus an eighth of the
+ * memory in use, a freed span is purged at once instead of after the delay. */
+static bool over_dirty_budget(void) {
+  return dirty_units * UNIT_SIZE > ((size_t)8 << 20) + used_units * UNIT_SIZE / 8;
+}
 
 static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
 
@@ -36,7 +44,7 @@ static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
   }
 }
 
-/* First run of n set bits in the region's free bitmap, or 0 (unit 0 is never free). */
+/* First run of n set bits in the region's free bitmap, or 0 (header units are never free). */
 static size_t find_free_run(const hak_region_t *r, size_t n) {
   size_t run = 0;
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
@@ -62,7 +70,7 @@ static hak_region_t *region_create(void) {
   r->free_units = REGION_MAX_SPAN_UNITS;
   r->dirty_free_units = 0;
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
-  r->free_bits[0] &= ~(uint64_t)1; /* the header */
+  r->free_bits[0] &= ~(((uint64_t)1 << REGION_HEADER_UNITS) - 1); /* the header */
   if (HAKMEM_SECURE) { /* the last unit guards the next region */
     r->free_bits[UNITS_PER_REGION / 64 - 1] &= ~((uint64_t)1 << 63);
     secure_guard_region(r);
@@ -84,6 +92,7 @@ static void region_destroy(hak_region_t *r) {
   else regions = r->next;
   if (r->next) r->next->prev = r->prev;
   empty_regions--;
+  dirty_units -= r->dirty_free_units;
   size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
   os_unmap(r, REGION_SIZE);
@@ -101,7 +110,7 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
   if (r == NULL) {
     r = region_create();
     if (r == NULL) return NULL;
-    first = 1;
+    first = REGION_HEADER_UNITS;
   }
   if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
   bool clean = true;
@@ -109,6 +118,7 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
     if (bit_get(r->dirty_bits, u)) {
       clean = false;
       r->dirty_free_units--;
+      dirty_units--;
     } else {
       atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     }
@@ -116,6 +126,7 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
   bits_set_range(r->free_bits, first, units, false);
   bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
   r->free_units -= (uint32_t)units;
+  used_units += units;
   hak_slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
@@ -129,6 +140,7 @@ static void purge_units(hak_region_t *r, size_t from, size_t n) {
   os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
   bits_set_range(r->dirty_bits, from, n, false);
   r->dirty_free_units -= (uint32_t)n;
+  dirty_units -= n;
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
 }
@@ -144,7 +156,9 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   bits_set_range(r->free_bits, first, units, true);
   r->free_units += (uint32_t)units;
   r->dirty_free_units += (uint32_t)units;
-  if (hak_opt.purge_delay_ms == 0) {
+  dirty_units += units;
+  used_units -= units;
+  if (hak_opt.purge_delay_ms == 0 || (hak_opt.purge_delay_ms > 0 && over_dirty_budget())) {
     purge_units(r, first, units);
   } else if (hak_opt.purge_delay_ms > 0) {
     uint64_t due = now_ms + (uint64_t)hak_opt.purge_delay_ms;
@@ -203,13 +217,16 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   for (size_t u = end; u < want_end; u++)
     if (!bit_get(r->free_bits, u)) return 0;
   for (size_t u = end; u < want_end; u++) {
-    if (bit_get(r->dirty_bits, u)) r->dirty_free_units--;
-    else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    if (bit_get(r->dirty_bits, u)) {
+      r->dirty_free_units--;
+      dirty_units--;
+    } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     r->unit_map[u] = s;
   }
   bits_set_range(r->free_bits, end, want_end - end, false);
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);
+  used_units += want_end - end;
   s->units = (uint16_t)new_units;
   return new_units;
 }

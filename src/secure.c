@@ -78,12 +78,6 @@ void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n) {
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
-static bool in_quarantine(const hak_heap_t *h, const void *p) {
-  for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++)
-    if (h->quarantine[i] == p) return true;
-  return false;
-}
-
 static void check_canaries(uintptr_t a, hak_slab_t *s) {
   size_t S = s->block_size;
   size_t n = size_decode(size_word(a, S));
@@ -138,11 +132,7 @@ void secure_free(void *p) {
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of(a);
-  if (b->free_tag == tag) {
-    bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
-    if (!mine || in_quarantine(h, p) || slab_contains_free(s, b))
-      hak_fatal_pointer("double free", "free", p);
-  }
+  if (b->free_tag == tag) hak_fatal_pointer("double free", "free", p);
   check_canaries(a, s);
   size_t n = size_decode(size_word(a, s->block_size));
   memset(p, 0, n < 16 ? 16 : n);

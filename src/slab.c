@@ -12,12 +12,12 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   hak_fatal_at("corrupted free list (write after free?) at", link);
 }
 
-/* Carve a page's worth of blocks at a time, at least 32 so a thread cycling through a
- * few blocks refills rarely, but never more than a unit: first touch stays
- * proportional to use. */
+/* Carve a page's worth of blocks at a time, up to 32 so a thread cycling through a few
+ * blocks refills rarely, but never more than 16 KiB: first touch stays proportional
+ * to use. */
 #define EXTEND_BYTES 4096
 #define EXTEND_MIN_BLOCKS 32
-#define EXTEND_MAX_BYTES UNIT_SIZE
+#define EXTEND_MAX_BYTES 16384
 
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   uint32_t size = class_size[class_idx];
@@ -93,25 +93,13 @@ uint32_t slab_collect(hak_slab_t *s) {
   return taken;
 }
 
-void slab_remote_push(hak_slab_t *s, hak_block_t *b) {
-  hak_block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
+/* Pushes the chain head..tail (already linked) onto s's remote list. */
+void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail) {
+  hak_block_t *old = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
-    block_set_next(b, head);
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_release,
+    block_set_next(tail, old);
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, head, memory_order_release,
                                                   memory_order_relaxed));
-}
-
-static bool list_has(hak_block_t *list, hak_block_t *b, uint32_t limit) {
-  for (uint32_t i = 0; list != NULL && i <= limit; list = block_next(list), i++)
-    if (list == b) return true;
-  return false;
-}
-
-/* Owner only: is b on one of the slab's free lists? Used to confirm a double free
- * that the free tag made visible, so a false alarm is impossible. */
-bool slab_contains_free(hak_slab_t *s, hak_block_t *b) {
-  return list_has(s->free, b, s->reserved) || list_has(s->local_free, b, s->reserved) ||
-         list_has(atomic_load_explicit(&s->remote, memory_order_acquire), b, s->reserved);
 }
 
 /* Debug level 2: the whole slab is consistent. Every free block is inside the carved

@@ -58,9 +58,10 @@
 #define REGION_SHIFT 25
 #define REGION_SIZE ((size_t)1 << REGION_SHIFT)
 #define REGION_MASK (REGION_SIZE - 1)
-#define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512; unit 0 is the header */
-/* Unit 0 is the header; the hardened build keeps the last unit as a guard. */
-#define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - 1 - HAKMEM_SECURE)
+#define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512 */
+/* Units 0 and 1 hold the header; the hardened build keeps the last unit as a guard. */
+#define REGION_HEADER_UNITS 2
+#define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
 
 /* The region map covers the 47-bit user address space, one byte per region. */
 #define ADDRESS_BITS 47
@@ -108,9 +109,9 @@ typedef struct hak_slab {
   uint64_t start_magic;     /* start * div_magic: a block start has
                                a * div_magic - start_magic < div_magic */
   uintptr_t tag_key;        /* the process cookie, kept here to save a load */
-  _Atomic(hak_block_t *) remote; /* frees from other threads, collected by the owner */
-  /* --- warm --- */
   uintptr_t start;          /* address of block 0 (a large block's user pointer) */
+  /* --- other threads write `remote`: a line of its own, away from the owner's --- */
+  _Alignas(64) _Atomic(hak_block_t *) remote; /* frees from other threads */
   uint32_t block_size;
   uint32_t capacity;        /* blocks carved so far */
   uint32_t reserved;        /* blocks that fit */
@@ -157,6 +158,10 @@ typedef struct hak_heap {
   hak_slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
   hak_slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
   hak_span_cache_t spans;
+  /* Frees into one other thread's slab, chained here and pushed with one CAS. */
+  hak_slab_t *remote_slab;
+  hak_block_t *remote_head, *remote_tail;
+  uint32_t remote_count;
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
