@@ -179,12 +179,14 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   hak_slab_t *s = full->head;
   for (int i = 0; s != NULL && i < FULL_SCAN_LIMIT; i++) {
     hak_slab_t *next = s->next;
-    if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
-      queue_remove(full, s);
-      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+    if (slab_has_remote(s)) {
       slab_collect(s);
       h->stat_remote_collected++;
-      return s;
+      if (s->free != NULL) { /* (a count alone may arrive after its blocks were taken) */
+        queue_remove(full, s);
+        __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+        return s;
+      }
     }
     /* Rotate so that the next scan looks at other slabs. */
     queue_remove(full, s);
@@ -301,28 +303,34 @@ void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
 
 /* ---- remote frees, batched ---------------------------------------------------- */
 /* Frees into the same foreign slab are chained locally and handed over with one CAS:
- * the owner's cache line is written once per batch, not once per block. */
+ * the owner's remote line is written once per batch, not once per block. Chains are
+ * direct-mapped by slab, so frees of mixed sizes still batch. */
 #define REMOTE_BATCH 32
 
+static void remote_chain_flush(struct hak_remote_chain *rc) {
+  if (rc->slab == NULL) return;
+  slab_remote_push(rc->slab, rc->head, rc->tail, rc->count);
+  rc->slab = NULL;
+  rc->head = rc->tail = NULL;
+  rc->count = 0;
+}
+
 void heap_remote_flush(hak_heap_t *h) {
-  if (h->remote_slab == NULL) return;
-  slab_remote_push(h->remote_slab, h->remote_head, h->remote_tail);
-  h->remote_slab = NULL;
-  h->remote_head = h->remote_tail = NULL;
-  h->remote_count = 0;
+  for (uint32_t i = 0; i < REMOTE_CHAINS; i++) remote_chain_flush(&h->remote[i]);
 }
 
 static void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
-  if (h->remote_slab != s) {
-    heap_remote_flush(h);
-    h->remote_slab = s;
-    h->remote_tail = b;
+  struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
+  if (rc->slab != s) {
+    remote_chain_flush(rc);
+    rc->slab = s;
+    rc->tail = b;
     block_set_next(b, NULL);
   } else {
-    block_set_next(b, h->remote_head);
+    block_set_next(b, rc->head);
   }
-  h->remote_head = b;
-  if (++h->remote_count >= REMOTE_BATCH) heap_remote_flush(h);
+  rc->head = b;
+  if (++rc->count >= REMOTE_BATCH) remote_chain_flush(rc);
 }
 
 /* p is in a region but in no live slab: a block freed twice (its span since given
@@ -358,7 +366,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   if (!mine) {
     b->free_tag = tag;
     if (h != &hak_heap_empty) heap_remote_batch(h, s, b);
-    else slab_remote_push(s, b, b);
+    else slab_remote_push(s, b, b, 1);
     return;
   }
   block_set_next(b, s->local_free);
@@ -383,16 +391,18 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
   hak_slab_t *s = h->full[c].head;
   while (s != NULL) {
     hak_slab_t *next = s->next;
-    if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
-      queue_remove(&h->full[c], s);
-      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+    if (slab_has_remote(s)) {
       slab_collect(s);
       h->stat_remote_collected++;
-      if (s->used == 0) {
-        heap_release_slab(h, s);
-        released += (size_t)s->units * UNIT_SIZE;
-      } else {
-        queue_push_back(&h->queue[c], s);
+      if (s->used == 0 || s->free != NULL) {
+        queue_remove(&h->full[c], s);
+        __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+        if (s->used == 0) {
+          released += (size_t)s->units * UNIT_SIZE;
+          heap_release_slab(h, s);
+        } else {
+          queue_push_back(&h->queue[c], s);
+        }
       }
     }
     s = next;
@@ -408,7 +418,7 @@ static void sweep_abandoned_locked(uint64_t now) {
     hak_slab_t *s = abandoned[c].head;
     while (s != NULL) {
       hak_slab_t *next = s->next;
-      if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
+      if (slab_has_remote(s)) {
         slab_collect(s);
         if (s->used == 0) {
           queue_remove(&abandoned[c], s);
@@ -493,7 +503,7 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
 size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
   if (h != &hak_heap_empty) {
-    if (HAKMEM_SECURE) secure_quarantine_flush(h);
+    if (HAKMEM_SECURE) secure_quarantine_flush(h, true);
     heap_remote_flush(h);
     heap_purge_free_blocks(h);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
@@ -546,7 +556,7 @@ static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
 
 void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
-  if (HAKMEM_SECURE) secure_quarantine_flush(h);
+  if (HAKMEM_SECURE) secure_quarantine_flush(h, true);
   heap_remote_flush(h);
   hak_tls_heap = &hak_heap_empty;
   uint64_t now = os_now_ms();
@@ -559,27 +569,16 @@ void heap_abandon(hak_heap_t *h) {
   heap_struct_free(h);
 }
 
-/* In a forked child only the forking thread survives: the other heaps' slabs become
- * abandoned so their blocks can still be freed and their space reused. */
+/* In a forked child only the forking thread survives, and the others may have been
+ * frozen in the middle of an operation on their own lists: half-pushed chains, counts
+ * off by one. The child never walks those lists. It drops the other heaps from the heap
+ * list and never reuses their structures, so no new thread can ever match their owner
+ * words: every free into their slabs is a remote push, always safe, and their memory
+ * (a copy of the parent's) is simply not reused in the child. */
 void heap_atfork_child(void) {
   hak_heap_t *mine = hak_tls_heap;
-  uint64_t now = os_now_ms();
-  hak_heap_t *h = heaps_all;
-  while (h != NULL) {
-    hak_heap_t *next = h->all_next;
-    if (h != mine) {
-      if (HAKMEM_SECURE) secure_quarantine_flush(h);
-      heap_remote_flush(h);
-      span_cache_flush(h, now, -1);
-      heap_release_all_locked(h, now);
-      if (h->all_prev) h->all_prev->all_next = h->all_next;
-      else heaps_all = h->all_next;
-      if (h->all_next) h->all_next->all_prev = h->all_prev;
-      h->pool_next = heaps_pool;
-      heaps_pool = h;
-    }
-    h = next;
-  }
+  heaps_all = mine != &hak_heap_empty ? mine : NULL;
+  if (heaps_all) heaps_all->all_next = heaps_all->all_prev = NULL;
 }
 
 /* ---- statistics walk ------------------------------------------------------------ */

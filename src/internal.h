@@ -85,7 +85,11 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
-void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail); /* a chain */
+void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
+hak_inline bool slab_has_remote(hak_slab_t *s) {
+  return atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL ||
+         atomic_load_explicit(&s->remote_count, memory_order_relaxed) != 0;
+}
 void slab_check(const hak_slab_t *s); /* debug level 2 */
 extern uintptr_t hak_cookie;
 extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
@@ -160,7 +164,7 @@ size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block
 void *secure_malloc_zero(void);
 void *secure_malloc(size_t n);
 size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 */
-void secure_quarantine_flush(hak_heap_t *h);
+void secure_quarantine_flush(hak_heap_t *h, bool check);
 void secure_guard_large(hak_slab_t *s, bool on);
 void secure_guard_region(void *region);
 void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */

@@ -78,21 +78,27 @@ void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n) {
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
-static void check_canaries(uintptr_t a, hak_slab_t *s) {
+static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
   size_t S = s->block_size;
   size_t n = size_decode(size_word(a, S));
   if (n > S - SECURE_TAIL || !canary_intact(a + n, a + S - 8))
     hak_fatal_at("heap overflow detected", (void *)a);
   /* The word before the block is the previous block's size word (or the guard before
-   * block 0): a write below our start shows there. */
-  if (size_decode((const uintptr_t *)(a - 8)) > S - SECURE_TAIL)
+   * block 0): a write below our start shows there. Only in our own slabs: another
+   * thread may be arming its neighbour right now (or was, when a fork froze it). */
+  if (own_slab && size_decode((const uintptr_t *)(a - 8)) > S - SECURE_TAIL)
     hak_fatal_at("heap overflow detected", (void *)a);
 }
 
 /* The block left the quarantine: it must be as free() left it. Then free it for real. */
-static void quarantine_release(void *p) {
+static void quarantine_release(void *p, bool check) {
   uintptr_t a = (uintptr_t)p;
   hak_slab_t *s = region_slab_of(a);
+  if (!check) {
+    ((hak_block_t *)p)->free_tag = 0;
+    heap_free_slow(p, s);
+    return;
+  }
   size_t S = s->block_size;
   size_t n = size_decode(size_word(a, S));
   const uint64_t *w = p;
@@ -105,11 +111,13 @@ static void quarantine_release(void *p) {
   heap_free_slow(p, s);
 }
 
-void secure_quarantine_flush(hak_heap_t *h) {
+/* check = false in a forked child for the other threads' heaps: a thread frozen in the
+ * middle of free() may have left its last block half zeroed. */
+void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
     void *q = h->quarantine[i];
     h->quarantine[i] = NULL;
-    if (q) quarantine_release(q);
+    if (q) quarantine_release(q, check);
   }
 }
 
@@ -133,7 +141,7 @@ void secure_free(void *p) {
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of(a);
   if (b->free_tag == tag) hak_fatal_pointer("double free", "free", p);
-  check_canaries(a, s);
+  check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
   size_t n = size_decode(size_word(a, s->block_size));
   memset(p, 0, n < 16 ? 16 : n);
   b->free_tag = tag;
@@ -145,7 +153,7 @@ void secure_free(void *p) {
   void *old = h->quarantine[h->quarantine_next];
   h->quarantine[h->quarantine_next] = p;
   h->quarantine_next = (h->quarantine_next + 1) % QUARANTINE_SLOTS;
-  if (old) quarantine_release(old);
+  if (old) quarantine_release(old, true);
 }
 
 /* ---- guard pages and malloc(0) ---------------------------------------------------- */
@@ -167,13 +175,12 @@ void secure_guard_region(void *region) {
 /* malloc(0) hands out distinct addresses in reserved, inaccessible chunks: any read or
  * write through such a pointer faults. */
 void *secure_malloc_zero(void) {
-  static uintptr_t next, end;
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  pthread_mutex_lock(&lock);
+  static uintptr_t next, end; /* under region_lock, which fork handles */
+  pthread_mutex_lock(&region_lock);
   if (next + 16 > end) {
     void *chunk = os_map_aligned(REGION_SIZE, REGION_SIZE);
     if (chunk == NULL) {
-      pthread_mutex_unlock(&lock);
+      pthread_mutex_unlock(&region_lock);
       errno = ENOMEM;
       return NULL;
     }
@@ -184,7 +191,7 @@ void *secure_malloc_zero(void) {
   }
   void *p = (void *)next;
   next += 16;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&region_lock);
   return p;
 }
 

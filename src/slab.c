@@ -35,6 +35,7 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   s->free = NULL;
   s->local_free = NULL;
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
+  atomic_store_explicit(&s->remote_count, 0, memory_order_relaxed);
   s->next = s->prev = NULL;
   __atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
 }
@@ -63,43 +64,47 @@ bool slab_extend(hak_slab_t *s) {
   return true;
 }
 
-/* Moves the owner's and other threads' frees onto the allocation list. Returns the
- * number of remote frees taken (they were still counted in `used`). */
+/* Moves other threads' and the owner's frees onto the allocation list. Returns the
+ * number of remote frees accounted (they were still counted in `used`).
+ * Pushers add to remote_count after their push, and the count is taken before the
+ * list, so the count never runs ahead of the blocks taken: `used` may stay high until
+ * the next collection, never low, and the remote chain is never walked (its blocks
+ * are cold in this thread's cache; the next malloc touches them once). */
 uint32_t slab_collect(hak_slab_t *s) {
   uint32_t taken = 0;
+  if (slab_has_remote(s)) {
+    taken = atomic_exchange_explicit(&s->remote_count, 0, memory_order_acquire);
+    hak_block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
+    if (list != NULL) {
+      if (s->free != NULL) {
+        hak_block_t *t = list;
+        while (block_next(t)) t = block_next(t);
+        block_set_next(t, s->free);
+      }
+      s->free = list;
+    }
+    s->used -= taken;
+  }
   if (s->local_free != NULL) {
-    if (s->free == NULL) {
-      s->free = s->local_free;
-    } else {
+    if (s->free != NULL) {
       hak_block_t *t = s->local_free;
       while (block_next(t)) t = block_next(t);
       block_set_next(t, s->free);
-      s->free = s->local_free;
     }
+    s->free = s->local_free;
     s->local_free = NULL;
-  }
-  if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
-    hak_block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
-    hak_block_t *tail = list;
-    taken = 1;
-    while (block_next(tail)) {
-      tail = block_next(tail);
-      taken++;
-    }
-    block_set_next(tail, s->free);
-    s->free = list;
-    s->used -= taken;
   }
   return taken;
 }
 
-/* Pushes the chain head..tail (already linked) onto s's remote list. */
-void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail) {
+/* Pushes the chain head..tail (already linked, `count` blocks) onto s's remote list. */
+void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count) {
   hak_block_t *old = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
     block_set_next(tail, old);
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, head, memory_order_release,
                                                   memory_order_relaxed));
+  atomic_fetch_add_explicit(&s->remote_count, count, memory_order_release);
 }
 
 /* Debug level 2: the whole slab is consistent. Every free block is inside the carved

@@ -112,8 +112,9 @@ typedef struct hak_slab {
   uintptr_t start;          /* address of block 0 (a large block's user pointer) */
   /* --- other threads write `remote`: a line of its own, away from the owner's --- */
   _Alignas(64) _Atomic(hak_block_t *) remote; /* frees from other threads */
-  uint32_t block_size;
+  _Atomic uint32_t remote_count; /* added after each push, so collecting needs no walk */
   uint32_t capacity;        /* blocks carved so far */
+  uint32_t block_size;
   uint32_t reserved;        /* blocks that fit */
   uint16_t units;           /* span length in units */
   uint16_t unit_idx;        /* first unit inside the region */
@@ -140,6 +141,9 @@ typedef struct hak_region {
   hak_slab_t slabs[UNITS_PER_REGION];         /* descriptor of the span starting here */
 } hak_region_t;
 
+/* Pending chains of frees into other threads' slabs, direct-mapped by slab. */
+#define REMOTE_CHAINS 16
+
 /* Free spans a heap keeps for reuse without taking region_lock. */
 #define SPAN_CACHE_SLOTS 8
 #define SPAN_CACHE_MAX_UNITS 32
@@ -158,10 +162,12 @@ typedef struct hak_heap {
   hak_slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
   hak_slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
   hak_span_cache_t spans;
-  /* Frees into one other thread's slab, chained here and pushed with one CAS. */
-  hak_slab_t *remote_slab;
-  hak_block_t *remote_head, *remote_tail;
-  uint32_t remote_count;
+  /* Frees into other threads' slabs, chained here per slab and pushed with one CAS. */
+  struct hak_remote_chain {
+    hak_slab_t *slab;
+    hak_block_t *head, *tail;
+    uint32_t count;
+  } remote[REMOTE_CHAINS];
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
