@@ -37,7 +37,8 @@ bench: release
 	$(PYTHON) bench/harness/run.py --quick --hakmem $(BUILD)/release/libhakmem.so --out bench-results/quick
 
 bench-full: release
-	$(PYTHON) bench/harness/run.py --full --hakmem $(BUILD)/release/libhakmem.so --out bench-results/full
+	$(PYTHON) bench/harness/run.py --full --hakmem $(BUILD)/release/libhakmem.so \
+	  --lib hakmem-secure=$(BUILD)/release/libhakmem-secure.so --out bench-results/full
 
 perfcheck: release
 	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench

@@ -11,7 +11,9 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-ORDER = ("hakmem", "glibc", "mimalloc", "jemalloc", "tcmalloc")
+ORDER = ("hakmem", "hakmem-secure", "glibc", "mimalloc", "jemalloc", "tcmalloc")
+# Compared only when asked for with --lib NAME=PATH (the hardened build, for its cost).
+OPTIONAL = ("hakmem-secure",)
 
 # name -> (Debian package, library file name)
 PACKAGES = {
@@ -88,6 +90,8 @@ def discover(hakmem_path, overrides=None, wanted=None):
             continue
         if name == "glibc":
             found.append(Allocator("glibc", None))
+            continue
+        if name in OPTIONAL and name not in overrides:
             continue
         if name == "hakmem" or name in overrides:
             path = overrides.get(name, hakmem_path)

@@ -81,7 +81,8 @@ def parse_args(argv):
     for item in args.lib:
         name, sep, path = item.partition("=")
         if not sep or name not in alloc_mod.ORDER or name == "glibc":
-            p.error("--lib wants NAME=PATH with NAME one of hakmem, mimalloc, jemalloc, tcmalloc")
+            p.error("--lib wants NAME=PATH with NAME one of %s"
+                    % ", ".join(n for n in alloc_mod.ORDER if n != "glibc"))
         overrides[name] = path
     args.overrides = overrides
     return args
