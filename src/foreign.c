@@ -36,11 +36,15 @@ _Noreturn void hak_fatal(const char *msg) {
   abort();
 }
 
-_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p) {
+/* "hakmem: fn(): what 0x..." for a bad argument, "hakmem: what 0x..." (fn NULL) for
+ * damage found in the heap; then abort. Formatted by hand: no stdio, no allocation. */
+static _Noreturn void fatal_line(const char *fn, const char *what, const void *p) {
   char buf[256];
   size_t at = append(buf, 0, "hakmem: ");
-  at = append(buf, at, fn);
-  at = append(buf, at, "(): ");
+  if (fn != NULL) {
+    at = append(buf, at, fn);
+    at = append(buf, at, "(): ");
+  }
   at = append(buf, at, what);
   at = append(buf, at, " ");
   at = append_hex(buf, at, (uintptr_t)p);
@@ -49,17 +53,11 @@ _Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p
   abort();
 }
 
-/* "hakmem: <what> 0x...": damage found in the heap rather than a bad argument. */
-_Noreturn void hak_fatal_at(const char *what, const void *p) {
-  char buf[256];
-  size_t at = append(buf, 0, "hakmem: ");
-  at = append(buf, at, what);
-  at = append(buf, at, " ");
-  at = append_hex(buf, at, (uintptr_t)p);
-  buf[at++] = '\n';
-  os_write_stderr(buf, at);
-  abort();
+_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p) {
+  fatal_line(fn, what, p);
 }
+
+_Noreturn void hak_fatal_at(const char *what, const void *p) { fatal_line(NULL, what, p); }
 
 /* ---- recognising a C library heap chunk ----------------------------------------- */
 /* The mapping containing a, from /proc/self/maps, read without allocating. */

@@ -345,24 +345,32 @@ _Noreturn void report_not_live(void *p, const char *fn) {
   hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);
 }
 
-void heap_free_slow(void *p, hak_slab_t *s) {
+/* The checks every free of a region pointer makes off the fast path. Returns the
+ * slab's owner word, or OWNER_LARGE once a large block has been freed. */
+uintptr_t free_checked(void *p, hak_slab_t *s) {
   uintptr_t a = (uintptr_t)p;
   uintptr_t owner = slab_owner(s);
   if (owner == OWNER_LARGE) {
     large_free(s, p);
-    return;
+    return OWNER_LARGE;
   }
   if (owner == OWNER_NONE || owner == OWNER_CACHED) report_not_live(p, "free");
   if (!slab_is_block_start(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
-  hak_heap_t *h = hak_tls_heap;
-  hak_block_t *b = p;
-  uintptr_t tag = free_tag_of(a);
-  bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   /* A block carries the tag only between free and the next malloc, and the tag is
    * random per process and per address: a match is a double free. (The owner cannot
    * rule it out by walking its lists: the first free may sit in another thread's
    * pending remote chain.) */
-  if (b->free_tag == tag) hak_fatal_pointer("double free", "free", p);
+  if (((hak_block_t *)p)->free_tag == free_tag_of(a)) hak_fatal_pointer("double free", "free", p);
+  return owner;
+}
+
+void heap_free_slow(void *p, hak_slab_t *s) {
+  uintptr_t owner = free_checked(p, s);
+  if (owner == OWNER_LARGE) return;
+  hak_heap_t *h = hak_tls_heap;
+  hak_block_t *b = p;
+  uintptr_t tag = free_tag_of((uintptr_t)p);
+  bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   if (!mine) {
     b->free_tag = tag;
     if (h != &hak_heap_empty) heap_remote_batch(h, s, b);

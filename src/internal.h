@@ -133,6 +133,7 @@ extern hak_heap_t *heaps_all;
 hak_heap_t *heap_get(void);              /* this thread's heap, created on first use */
 void *heap_malloc_slow(size_t n);        /* everything the fast path does not finish */
 void heap_free_slow(void *p, hak_slab_t *s);
+uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
 _Noreturn void report_not_live(void *p, const char *fn);
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);
 void heap_abandon(hak_heap_t *h);        /* thread exit */

@@ -130,17 +130,11 @@ void secure_free(void *p) {
     return;
   }
   hak_slab_t *s = region_slab_of(a);
-  uintptr_t owner = slab_owner(s);
-  if (owner == OWNER_LARGE) {
-    large_free(s, p);
-    return;
-  }
-  if (owner == OWNER_NONE || owner == OWNER_CACHED) report_not_live(p, "free");
-  if (!slab_is_block_start(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
+  uintptr_t owner = free_checked(p, s);
+  if (owner == OWNER_LARGE) return;
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of(a);
-  if (b->free_tag == tag) hak_fatal_pointer("double free", "free", p);
   check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
   size_t n = size_decode(size_word(a, s->block_size));
   memset(p, 0, n < 16 ? 16 : n);
