@@ -161,6 +161,7 @@ extern _Atomic size_t huge_mapped_bytes;
 /* ---- secure.c: the hardened build's checks ------------------------------------- */
 void *secure_arm(void *p, size_t n);  /* writes canary and size word; returns p */
 void secure_free(void *p);
+void secure_init(void); /* after hak_list_key is set */
 size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
 void *secure_malloc_zero(void);
 void *secure_malloc(size_t n);

@@ -14,21 +14,55 @@
 #include <sys/mman.h>
 
 /* ---- canary bytes and size words ----------------------------------------------- */
-/* In 0xC0..0xFF, so zeros, text and small numbers written past the end always differ. */
-static inline uint8_t canary_byte(uintptr_t a) {
-  return (uint8_t)(0xC0 | ((hak_list_key >> ((a & 7) * 6)) & 0x3F));
+/* Canary bytes are in 0xC0..0xFF, so zeros, text and small numbers written past the end
+ * always differ; they depend on the address mod 8 only, so one random word, made at
+ * start-up, holds all eight. */
+static uint64_t canary_w;
+
+void secure_init(void) {
+  for (unsigned i = 0; i < 8; i++)
+    canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
 }
+
+static inline uint8_t canary_byte(uintptr_t a) { return (uint8_t)(canary_w >> (8 * (a & 7))); }
 static inline uintptr_t *size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
 static inline size_t size_decode(const uintptr_t *w) { return *w ^ hak_list_key ^ (uintptr_t)w; }
 static inline void size_encode(uintptr_t *w, size_t n) { *w = n ^ hak_list_key ^ (uintptr_t)w; }
 
+/* Whole aligned words share one pattern: a word at a time, bytes only at the ends. */
 static void canary_fill(uintptr_t from, uintptr_t to) {
-  for (uintptr_t a = from; a < to; a++) *(uint8_t *)a = canary_byte(a);
+  uintptr_t a = from;
+  for (; a < to && (a & 7); a++) *(uint8_t *)a = canary_byte(a);
+  uint64_t w = canary_w;
+  for (; a + 8 <= to; a += 8) *(uint64_t *)a = w;
+  for (; a < to; a++) *(uint8_t *)a = canary_byte(a);
 }
+
 static bool canary_intact(uintptr_t from, uintptr_t to) {
-  for (uintptr_t a = from; a < to; a++)
+  uintptr_t a = from;
+  for (; a < to && (a & 7); a++)
     if (*(const uint8_t *)a != canary_byte(a)) return false;
-  return true;
+  uint64_t w = canary_w, diff = 0;
+  for (; a + 8 <= to; a += 8) diff |= *(const uint64_t *)a ^ w;
+  for (; a < to; a++)
+    if (*(const uint8_t *)a != canary_byte(a)) return false;
+  return diff == 0;
+}
+
+/* Are the n bytes at p (8-aligned) all zero? Four accumulators keep the loop short. */
+static bool all_zero(const void *p, size_t n) {
+  const uint64_t *w = p;
+  size_t words = n / 8, i = 0;
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (; i + 4 <= words; i += 4) {
+    a0 |= w[i];
+    a1 |= w[i + 1];
+    a2 |= w[i + 2];
+    a3 |= w[i + 3];
+  }
+  for (; i < words; i++) a0 |= w[i];
+  for (size_t b = words * 8; b < n; b++) a0 |= ((const uint8_t *)p)[b];
+  return (a0 | a1 | a2 | a3) == 0;
 }
 
 void *secure_arm(void *p, size_t n) {
@@ -103,9 +137,8 @@ static void quarantine_release(void *p, bool check) {
   size_t n = size_decode(size_word(a, S));
   const uint64_t *w = p;
   bool clean = n <= S - SECURE_TAIL && w[0] == 0 && w[1] == free_tag_of(a) &&
-               canary_intact(a + (n < 16 ? 16 : n), a + S - 8);
-  for (size_t i = 2; clean && i < n / 8; i++) clean = w[i] == 0;
-  for (size_t i = n & ~(size_t)7; clean && i < n && i >= 16; i++) clean = ((const uint8_t *)p)[i] == 0;
+               canary_intact(a + (n < 16 ? 16 : n), a + S - 8) &&
+               (n <= 16 || all_zero((const char *)p + 16, n - 16));
   if (!clean) hak_fatal_at("write after free detected", p);
   ((hak_block_t *)p)->free_tag = 0;
   heap_free_slow(p, s);
