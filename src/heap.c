@@ -135,7 +135,6 @@ hak_heap_t *heap_get(void) {
   h = heap_struct_alloc();
   if (h == NULL) return NULL;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
-  h->thread_id = (uint64_t)pthread_self();
   hak_tls_heap = h;
   atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
@@ -148,7 +147,6 @@ static void release_span_locked(hak_slab_t *s, uint64_t now) { region_free_span(
 
 static void heap_release_slab(hak_heap_t *h, hak_slab_t *s) {
   span_cache_put(h, s, os_now_ms());
-  h->stat_slabs_released++;
 }
 
 /* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c: empty ones go back to
@@ -181,7 +179,6 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
     hak_slab_t *next = s->next;
     if (slab_has_remote(s)) {
       slab_collect(s);
-      h->stat_remote_collected++;
       if (s->free != NULL) { /* (a count alone may arrive after its blocks were taken) */
         queue_remove(full, s);
         __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
@@ -197,7 +194,6 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   s = span_cache_take(h, class_units[c], class_units[c]);
   if (s != NULL) {
     slab_init(s, c, (uintptr_t)h);
-    h->stat_slabs_acquired++;
     return s;
   }
   uint64_t now = os_now_ms();
@@ -209,7 +205,6 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
     if (s) slab_init(s, c, (uintptr_t)h);
   }
   pthread_mutex_unlock(&region_lock);
-  if (s) h->stat_slabs_acquired++;
   if (s) stats_note_in_use();
   return s;
 }
@@ -220,7 +215,6 @@ static void heap_deferred(hak_heap_t *h, uint64_t now);
 void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
   hak_slab_queue_t *q = &h->queue[c];
   hak_slab_t *s;
-  h->stat_refills[c]++;
   for (;;) {
     s = q->head;
     if (s == NULL) {
@@ -401,7 +395,6 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
     hak_slab_t *next = s->next;
     if (slab_has_remote(s)) {
       slab_collect(s);
-      h->stat_remote_collected++;
       if (s->used == 0 || s->free != NULL) {
         queue_remove(&h->full[c], s);
         __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);

@@ -15,7 +15,8 @@ void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size);             /* give pages back; they read as zero */
 void os_set_huge_pages(void *p, size_t size, bool enable);
-void *os_remap(void *old, size_t old_size, size_t new_size); /* may move; NULL if not */
+void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL if it cannot */
+bool os_protect(void *p, size_t size, bool accessible);
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
 void os_write_stderr(const char *msg, size_t len);

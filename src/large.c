@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define LARGE_CLASS NUM_CLASSES /* class_idx of a large span */
 
@@ -202,15 +201,15 @@ void *huge_realloc(void *p, size_t n) {
     atomic_fetch_sub_explicit(&huge_mapped_bytes, old_size - new_size, memory_order_relaxed);
     return p;
   }
-  void *target = mremap((void *)base, old_size, new_size, 0);
-  if (target == MAP_FAILED) {
+  void *target = os_remap((void *)base, old_size, new_size, NULL);
+  if (target == NULL) {
     void *fresh = os_map_aligned(new_size, REGION_SIZE);
     if (fresh == NULL) {
       errno = ENOMEM;
       return NULL;
     }
-    target = mremap((void *)base, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fresh);
-    if (target == MAP_FAILED) {
+    target = os_remap((void *)base, old_size, new_size, fresh);
+    if (target == NULL) {
       os_unmap(fresh, new_size);
       errno = ENOMEM;
       return NULL;

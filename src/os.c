@@ -1,4 +1,4 @@
-/* OS memory: mmap, munmap, madvise, mremap, the clock. Nothing else talks to the kernel
+/* OS memory: mmap, munmap, madvise, mremap, mprotect, the clock. Nothing else talks to the kernel
  * about memory, so every mapping hakmem makes is visible here. */
 
 #include "internal.h"
@@ -52,9 +52,16 @@ void os_set_huge_pages(void *p, size_t size, bool enable) {
   errno = saved;
 }
 
-void *os_remap(void *old, size_t old_size, size_t new_size) {
-  void *p = mremap(old, old_size, new_size, MREMAP_MAYMOVE);
+/* Grows a mapping where it is, or (to != NULL) moves its pages to `to`, a mapping of
+ * new_size bytes made for it. Pages move, nothing is copied. NULL on failure. */
+void *os_remap(void *old, size_t old_size, size_t new_size, void *to) {
+  void *p = to ? mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to)
+               : mremap(old, old_size, new_size, 0);
   return p == MAP_FAILED ? NULL : p;
+}
+
+bool os_protect(void *p, size_t size, bool accessible) {
+  return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
 size_t os_page_size(void) {

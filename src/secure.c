@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* ---- canary bytes and size words ----------------------------------------------- */
 /* Canary bytes are in 0xC0..0xFF, so zeros, text and small numbers written past the end
@@ -185,8 +184,7 @@ void secure_free(void *p) {
 
 /* ---- guard pages and malloc(0) ---------------------------------------------------- */
 static void protect(uintptr_t a, size_t len, bool accessible) {
-  if (mprotect((void *)a, len, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
-    hak_fatal("mprotect failed for a guard page");
+  if (!os_protect((void *)a, len, accessible)) hak_fatal("mprotect failed for a guard page");
 }
 
 void secure_guard_large(hak_slab_t *s, bool on) {

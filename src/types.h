@@ -173,14 +173,6 @@ typedef struct hak_heap {
   uint64_t next_block_purge_ms;
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
   struct hak_heap *pool_next;           /* recycled heap structures */
-  uint64_t thread_id;
-  /* Statistics updated on slow paths only. */
-  uint64_t stat_refills[NUM_CLASSES];
-  uint64_t stat_slabs_acquired;
-  uint64_t stat_slabs_released;
-  uint64_t stat_large_allocs;
-  uint64_t stat_huge_allocs;
-  uint64_t stat_remote_collected;
   /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
   hak_block_t *quarantine[QUARANTINE_SLOTS];
   uint32_t quarantine_next;
