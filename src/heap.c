@@ -252,14 +252,21 @@ static void *heap_malloc_generic(size_t n);
 
 void *heap_malloc_slow(size_t n) {
   hak_heap_t *h = hak_tls_heap;
+  hak_slab_t *s;
   if (hak_likely(n <= TINY_MAX)) {
-    /* The common refill: the owner's own frees become the allocation list. */
-    hak_slab_t *s = h->direct[(n + 15) >> 4];
-    hak_block_t *b = s->local_free;
-    if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
-      s->local_free = NULL;
-      return slab_pop(s, b);
-    }
+    s = h->direct[(n + 15) >> 4];
+  } else if (n <= MID_MAX) { /* mid sizes: the fast path, one level out */
+    s = h->queue[size_to_class(n)].head; /* NULL in the empty heap */
+    if (s == NULL) return heap_malloc_generic(n);
+    if (s->free != NULL) return slab_pop(s, s->free);
+  } else {
+    return heap_malloc_generic(n);
+  }
+  /* The common refill: the owner's own frees become the allocation list. */
+  hak_block_t *b = s->local_free;
+  if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
+    s->local_free = NULL;
+    return slab_pop(s, b);
   }
   return heap_malloc_generic(n);
 }
@@ -274,16 +281,10 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
     errno = ENOMEM;
     return NULL;
   }
+  /* A refill or a large block: a path slow enough to look at the clock. */
   uint64_t now = os_now_ms();
   if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
-  if (n <= MID_MAX) {
-    uint32_t c = size_to_class(n);
-    hak_slab_t *s = h->queue[c].head;
-    if (s != NULL && s->free != NULL) /* mid sizes: the fast path, one level out */
-      return slab_pop(s, s->free);
-    return heap_alloc_class(h, c);
-  }
-  return large_alloc(n, 0, false);
+  return n <= MID_MAX ? heap_alloc_class(h, size_to_class(n)) : large_alloc(n, 0, false);
 }
 
 /* ---- the free slow path -------------------------------------------------------------- */
