@@ -23,45 +23,64 @@ void secure_init(void) {
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
 }
 
-static inline uint8_t canary_byte(uintptr_t a) { return (uint8_t)(canary_w >> (8 * (a & 7))); }
+/* Unaligned words: the gap after a block's data starts anywhere. */
+static inline uint64_t load64(uintptr_t a) {
+  uint64_t v;
+  memcpy(&v, (const void *)a, 8);
+  return v;
+}
+static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
+
+/* The canary word as read from address a: byte i is the canary byte of a + i. */
+static inline uint64_t canary_at(uintptr_t a) {
+  unsigned r = (unsigned)(a & 7) * 8;
+  return r ? canary_w >> r | canary_w << (64 - r) : canary_w;
+}
 static inline uintptr_t *size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
 static inline size_t size_decode(const uintptr_t *w) { return *w ^ hak_list_key ^ (uintptr_t)w; }
 static inline void size_encode(uintptr_t *w, size_t n) { *w = n ^ hak_list_key ^ (uintptr_t)w; }
 
-/* Whole aligned words share one pattern: a word at a time, bytes only at the ends. */
-static void canary_fill(uintptr_t from, uintptr_t to) {
-  uintptr_t a = from;
-  for (; a < to && (a & 7); a++) *(uint8_t *)a = canary_byte(a);
-  uint64_t w = canary_w;
-  for (; a + 8 <= to; a += 8) *(uint64_t *)a = w;
-  for (; a < to; a++) *(uint8_t *)a = canary_byte(a);
+/* [from, to) with `to` 8-aligned and at least 8 bytes (SECURE_TAIL sees to that): whole
+ * words from `from`, the last one overlapping. */
+static inline void canary_fill(uintptr_t from, uintptr_t to) {
+  uint64_t w = canary_at(from);
+  for (uintptr_t a = from; a + 8 < to; a += 8) store64(a, w);
+  store64(to - 8, canary_w);
 }
 
-static bool canary_intact(uintptr_t from, uintptr_t to) {
-  uintptr_t a = from;
-  for (; a < to && (a & 7); a++)
-    if (*(const uint8_t *)a != canary_byte(a)) return false;
-  uint64_t w = canary_w, diff = 0;
-  for (; a + 8 <= to; a += 8) diff |= *(const uint64_t *)a ^ w;
-  for (; a < to; a++)
-    if (*(const uint8_t *)a != canary_byte(a)) return false;
+static inline bool canary_intact(uintptr_t from, uintptr_t to) {
+  uint64_t w = canary_at(from), diff = load64(to - 8) ^ canary_w;
+  for (uintptr_t a = from; a + 8 < to; a += 8) diff |= load64(a) ^ w;
   return diff == 0;
 }
 
-/* Are the n bytes at p (8-aligned) all zero? Four accumulators keep the loop short. */
-static bool all_zero(const void *p, size_t n) {
-  const uint64_t *w = p;
-  size_t words = n / 8, i = 0;
-  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  for (; i + 4 <= words; i += 4) {
-    a0 |= w[i];
-    a1 |= w[i + 1];
-    a2 |= w[i + 2];
-    a3 |= w[i + 3];
+/* Are the bytes in [from, to) all zero? Sixteen bytes a load, the last load overlapping. */
+typedef uint64_t hak_v2 __attribute__((vector_size(16)));
+static inline hak_v2 load128(uintptr_t a) {
+  hak_v2 v;
+  memcpy(&v, (const void *)a, 16);
+  return v;
+}
+static bool all_zero(uintptr_t from, uintptr_t to) {
+  if (to - from < 16) {
+    if (to - from >= 8) return (load64(from) | load64(to - 8)) == 0;
+    uint64_t acc = 0;
+    for (; from < to; from++) acc |= *(const uint8_t *)from;
+    return acc == 0;
   }
-  for (; i < words; i++) a0 |= w[i];
-  for (size_t b = words * 8; b < n; b++) a0 |= ((const uint8_t *)p)[b];
-  return (a0 | a1 | a2 | a3) == 0;
+  hak_v2 a0 = load128(to - 16), a1 = {0, 0};
+  for (; from + 32 <= to; from += 32) {
+    a0 |= load128(from);
+    a1 |= load128(from + 16);
+  }
+  if (from + 16 <= to) a0 |= load128(from);
+  a0 |= a1;
+  return (a0[0] | a0[1]) == 0;
+}
+
+static inline void arm_block(uintptr_t a, size_t n, size_t S) {
+  canary_fill(a + n, a + S - 8);
+  size_encode(size_word(a, S), n);
 }
 
 void *secure_arm(void *p, size_t n) {
@@ -69,8 +88,7 @@ void *secure_arm(void *p, size_t n) {
   if (p == NULL || region_map_kind(a) != MAP_REGION) return p;
   hak_slab_t *s = region_slab_of(a);
   if (slab_owner(s) == OWNER_LARGE) return p;
-  canary_fill(a + n, a + s->block_size - 8);
-  size_encode(size_word(a, s->block_size), n);
+  arm_block(a, n, s->block_size);
   return p;
 }
 
@@ -123,28 +141,26 @@ static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
     hak_fatal_at("heap overflow detected", (void *)a);
 }
 
-/* The block left the quarantine: it must be as free() left it. Then free it for real. */
-static void quarantine_release(void *p, bool check) {
-  uintptr_t a = (uintptr_t)p;
-  hak_slab_t *s = region_slab_of(a);
-  if (!check) {
-    ((hak_block_t *)p)->free_tag = 0;
-    heap_free_slow(p, s);
-    return;
-  }
-  size_t S = s->block_size;
+/* Is the block at a, S bytes of which n were asked for, as free() left it? */
+static bool still_clean(uintptr_t a, size_t S) {
   size_t n = size_decode(size_word(a, S));
-  const uint64_t *w = p;
-  bool clean = n <= S - SECURE_TAIL && w[0] == 0 && w[1] == free_tag_of(a) &&
-               canary_intact(a + (n < 16 ? 16 : n), a + S - 8) &&
-               (n <= 16 || all_zero((const char *)p + 16, n - 16));
-  if (!clean) hak_fatal_at("write after free detected", p);
-  ((hak_block_t *)p)->free_tag = 0;
-  heap_free_slow(p, s);
+  if (n > S - SECURE_TAIL) return false;
+  size_t zeroed = n < 16 ? 16 : n;
+  const uint64_t *w = (const uint64_t *)a;
+  return w[0] == 0 && w[1] == free_tag_of(a) && all_zero(a + 16, a + zeroed) &&
+         canary_intact(a + zeroed, a + S - 8);
 }
 
 /* check = false in a forked child for the other threads' heaps: a thread frozen in the
  * middle of free() may have left its last block half zeroed. */
+static void quarantine_release(void *p, bool check) {
+  uintptr_t a = (uintptr_t)p;
+  hak_slab_t *s = region_slab_of(a);
+  if (check && !still_clean(a, s->block_size)) hak_fatal_at("write after free detected", p);
+  ((hak_block_t *)p)->free_tag = 0;
+  heap_free_slow(p, s);
+}
+
 void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
     void *q = h->quarantine[i];
@@ -156,19 +172,25 @@ void secure_quarantine_flush(hak_heap_t *h, bool check) {
 void secure_free(void *p) {
   uintptr_t a = (uintptr_t)p;
   unsigned kind = region_map_kind(a);
-  if (kind == MAP_ZERO) return;
-  if (kind != MAP_REGION) {
-    free_outside_regions(p, "free");
+  if (hak_unlikely(kind != MAP_REGION)) {
+    if (kind != MAP_ZERO) free_outside_regions(p, "free");
     return;
   }
   hak_slab_t *s = region_slab_of(a);
-  uintptr_t owner = free_checked(p, s);
-  if (owner == OWNER_LARGE) return;
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of(a);
+  uintptr_t owner = slab_owner(s);
+  /* The common case is checked inline; free_checked reports the rest (or frees a
+   * large block). */
+  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_block_start(s, a) ||
+                   b->free_tag == tag)) {
+    owner = free_checked(p, s);
+    if (owner == OWNER_LARGE) return;
+  }
+  size_t S = s->block_size;
   check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
-  size_t n = size_decode(size_word(a, s->block_size));
+  size_t n = size_decode(size_word(a, S));
   memset(p, 0, n < 16 ? 16 : n);
   b->free_tag = tag;
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
@@ -176,10 +198,24 @@ void secure_free(void *p) {
     heap_free_slow(p, s);
     return;
   }
-  void *old = h->quarantine[h->quarantine_next];
-  h->quarantine[h->quarantine_next] = p;
-  h->quarantine_next = (h->quarantine_next + 1) % QUARANTINE_SLOTS;
-  if (old) quarantine_release(old, true);
+  uint32_t i = h->quarantine_next;
+  hak_block_t *old = h->quarantine[i];
+  h->quarantine[i] = b;
+  h->quarantine_next = (i + 1) % QUARANTINE_SLOTS;
+  if (old == NULL) return;
+  /* Release the oldest block: checked, then freed like the fast path frees (its tag is
+   * already in place) when it is ours and its slab not full. */
+  uintptr_t oa = (uintptr_t)old;
+  hak_slab_t *os = region_slab_of(oa);
+  if (!still_clean(oa, os->block_size)) hak_fatal_at("write after free detected", old);
+  if (hak_likely(os->owner == (uintptr_t)h)) {
+    block_set_next(old, os->local_free);
+    os->local_free = old;
+    if (--os->used == 0) heap_slab_emptied(h, os);
+    return;
+  }
+  old->free_tag = 0;
+  heap_free_slow(old, os);
 }
 
 /* ---- guard pages and malloc(0) ---------------------------------------------------- */
@@ -221,6 +257,15 @@ void *secure_malloc_zero(void) {
 }
 
 void *secure_malloc(size_t n) {
+  if (hak_likely(n - 1 < TINY_MAX - SECURE_TAIL)) { /* the fast path, plus arming */
+    hak_slab_t *s = hak_tls_heap->direct[(n + SECURE_TAIL + 15) >> 4];
+    hak_block_t *b = s->free;
+    if (hak_likely(b != NULL)) {
+      slab_pop(s, b);
+      arm_block((uintptr_t)b, n, s->block_size);
+      return b;
+    }
+  }
   if (n == 0) return secure_malloc_zero();
   if (n >= (size_t)PTRDIFF_MAX - SECURE_TAIL) {
     errno = ENOMEM;

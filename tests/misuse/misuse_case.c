@@ -324,6 +324,15 @@ static void write_after_free(size_t size) {
   churn(size);
 }
 
+/* The last byte of the data: the end of the zeroed range, wherever it falls in a word. */
+static void write_after_free_last(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  scribble(p + size - 1, 1);
+  churn(size);
+}
+
 /* ---- the table --------------------------------------------------------------------- */
 
 typedef struct misuse_case {
