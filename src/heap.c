@@ -359,12 +359,39 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
   return owner;
 }
 
+/* A free into a slab whose owner exited takes the slab over: the freeing thread is the
+ * one that inherited the blocks (a successor, a consumer), and freeing the rest locally
+ * beats handing each block to whichever heap adopts the slab later. Never waits for the
+ * lock: when it is busy, the block takes the remote path as before. */
+static bool adopt_on_free(hak_heap_t *h, hak_slab_t *s) {
+  if (pthread_mutex_trylock(&region_lock) != 0) return false;
+  bool took = slab_owner(s) == OWNER_ABANDONED;
+  if (took) {
+    uint32_t c = s->class_idx;
+    queue_remove(&abandoned[c], s);
+    slab_collect(s);
+    if (s->free != NULL || s->capacity < s->reserved) {
+      queue_push_back(&h->queue[c], s);
+      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+      heap_head_changed(h, c);
+    } else {
+      queue_push_back(&h->full[c], s);
+      __atomic_store_n(&s->owner, (uintptr_t)h | SLAB_FULL, __ATOMIC_RELEASE);
+    }
+    atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&region_lock);
+  return took;
+}
+
 void heap_free_slow(void *p, hak_slab_t *s) {
   uintptr_t owner = free_checked(p, s);
   if (owner == OWNER_LARGE) return;
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of((uintptr_t)p);
+  if (owner == OWNER_ABANDONED && h != &hak_heap_empty && adopt_on_free(h, s))
+    owner = slab_owner(s);
   bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   if (!mine) {
     b->free_tag = tag;
@@ -588,7 +615,10 @@ static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint
                        uint64_t *used, uint64_t *slabs) {
   size_t limit = q->count + 1;
   for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next) {
-    used[c] += s->used - (s == pinned);
+    /* Neither the pin nor frees waiting in the remote list are live blocks. */
+    uint32_t waiting = atomic_load_explicit(&s->remote_count, memory_order_relaxed);
+    uint32_t live = s->used - (s == pinned);
+    used[c] += live > waiting ? live - waiting : 0;
     slabs[c]++;
   }
 }
@@ -597,6 +627,8 @@ static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint
  * exact count; region_lock keeps every descriptor the walk can reach mapped. */
 void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]) {
   if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return;
+  /* The caller's own frees into other heaps' slabs count as done: hand them over. */
+  if (hak_tls_heap != &hak_heap_empty) heap_remote_flush(hak_tls_heap);
   pthread_mutex_lock(&heaps_lock);
   pthread_mutex_lock(&region_lock);
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
