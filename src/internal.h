@@ -36,6 +36,10 @@ extern uint32_t class_size[NUM_CLASSES];
 extern uint8_t class_units[NUM_CLASSES];
 extern uint8_t class_of_direct[DIRECT_SLOTS];
 extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned to this */
+/* The first class >= c whose blocks are all aligned to 1 << bits (NUM_CLASSES: none),
+ * for alignments 32 .. MID_MAX. */
+#define ALIGN_BITS_MAX 17
+extern uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
 void size_class_init(void);
 
 hak_inline uint32_t size_to_class(size_t n) {

@@ -19,19 +19,29 @@ static void *aligned_alloc_impl(size_t align, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  hak_heap_t *h = heap_get();
-  if (h == NULL) {
-    errno = ENOMEM;
-    return NULL;
-  }
   size_t need = n + SECURE_TAIL;
   if (need <= MID_MAX && align <= MID_MAX) {
-    for (uint32_t c = size_to_class(need < align ? align : need); c < NUM_CLASSES; c++) {
-      if (class_align[c] < align) continue;
+    uint32_t c = size_to_class(need < align ? align : need);
+    c = class_aligned_from[__builtin_ctzl(align)][c];
+    if (c < NUM_CLASSES) {
+      hak_heap_t *h = hak_tls_heap; /* the empty heap has no queue heads */
       hak_slab_t *s = h->queue[c].head;
-      void *p = s != NULL && s->free != NULL ? slab_pop(s, s->free) : heap_alloc_class(h, c);
+      void *p;
+      if (s != NULL && s->free != NULL) {
+        p = slab_pop(s, s->free);
+      } else {
+        if ((h = heap_get()) == NULL) {
+          errno = ENOMEM;
+          return NULL;
+        }
+        p = heap_alloc_class(h, c);
+      }
       return HAKMEM_SECURE ? secure_arm(p, n) : p;
     }
+  }
+  if (heap_get() == NULL) {
+    errno = ENOMEM;
+    return NULL;
   }
   return large_alloc(n, align, false);
 }

@@ -7,6 +7,7 @@ uint32_t class_size[NUM_CLASSES];
 uint8_t class_units[NUM_CLASSES];
 uint8_t class_of_direct[DIRECT_SLOTS];
 uint32_t class_align[NUM_CLASSES];
+uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
 
 static uint32_t tiny_size(unsigned c) {
   if (c < 16) return 16 * (c + 1);        /* 16 .. 256 */
@@ -42,6 +43,13 @@ void size_class_init(void) {
     if (gap && (gap & -gap) < align) align = (uint32_t)(gap & -gap);
     if (align > UNIT_SIZE) align = UNIT_SIZE; /* slabs start on a unit boundary */
     class_align[c] = align;
+  }
+  for (unsigned bits = 0; bits <= ALIGN_BITS_MAX; bits++) {
+    uint32_t next = NUM_CLASSES;
+    for (unsigned c = NUM_CLASSES; c-- > 0;) {
+      if (class_align[c] >= (1u << bits)) next = c;
+      class_aligned_from[bits][c] = (uint8_t)next;
+    }
   }
   unsigned c = 0;
   for (unsigned i = 0; i < DIRECT_SLOTS; i++) {
