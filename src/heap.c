@@ -246,7 +246,7 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
 
 /* Every SWAP_CHECK_EVERY-th refill from local frees also looks at the clock for
  * deferred work, so a thread living on its own frees still purges and collects. */
-#define SWAP_CHECK_EVERY 16
+#define SWAP_CHECK_EVERY 64
 
 static void *heap_malloc_generic(size_t n);
 
