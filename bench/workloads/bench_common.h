@@ -369,6 +369,21 @@ static inline bool bench_touch_ok(const void *p, size_t size, size_t stride, uin
 /* ---- threads ------------------------------------------------------------------------- */
 
 /* Runs fn(args + i * stride) on n threads and waits for them all. */
+/* n zeroed elements of `size` bytes on 64-byte boundaries, for per-thread state that its
+ * thread writes on every step: declare the struct's first member _Alignas(BENCH_LINE) so
+ * that its size is whole cache lines. Otherwise neighbouring threads' counters and random
+ * states share a line and the workload measures its own false sharing, which depends on
+ * where the allocator happened to place the array, instead of the allocator. */
+#define BENCH_LINE 64
+static inline void *bench_calloc_lines(size_t n, size_t size)
+{
+    void *p = NULL;
+    if (size % BENCH_LINE != 0 || posix_memalign(&p, BENCH_LINE, n * size) != 0)
+        bench_fail("cannot allocate %zu cache-line elements of %zu bytes", n, size);
+    memset(p, 0, n * size);
+    return p;
+}
+
 static inline void bench_run_threads(unsigned n, void *(*fn)(void *), void *args, size_t stride)
 {
     pthread_t *tids = bench_check_alloc(calloc(n, sizeof *tids), n * sizeof *tids);

@@ -15,7 +15,7 @@
 #include "bench_common.h"
 
 typedef struct {
-    bench_block *blocks;
+    _Alignas(BENCH_LINE) bench_block *blocks; /* a lane per cache line (see bench_calloc_lines) */
     bench_rng rng;
     uint64_t ops;         /* steps done on this lane, by all its threads */
     uint64_t generations; /* threads that have worked this lane */
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
         bench_usage("need 1 <= MIN <= MAX, BLOCKS_PER_THREAD >= 1, ROUNDS >= 1");
     steps_per_generation = rounds * blocks_per_lane;
 
-    lane *lanes = bench_check_alloc(calloc(threads, sizeof *lanes), threads * sizeof *lanes);
+    lane *lanes = bench_calloc_lines(threads, sizeof *lanes);
     for (unsigned t = 0; t < threads; t++) {
         lane *l = &lanes[t];
         l->rng = bench_rng_make(seed, t);

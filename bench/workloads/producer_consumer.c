@@ -32,7 +32,7 @@ typedef struct {
 } queue;
 
 typedef struct {
-    queue *out, *in;
+    _Alignas(BENCH_LINE) queue *out, *in; /* a worker per cache line */
     bench_rng rng;
     uint64_t produced, consumed, idle_yields;
 } worker;
@@ -133,7 +133,7 @@ int main(int argc, char **argv)
     if (posix_memalign((void **)&queues, 64, threads * sizeof *queues) != 0)
         bench_fail("cannot allocate the queues");
     memset(queues, 0, threads * sizeof *queues);
-    worker *workers = bench_check_alloc(calloc(threads, sizeof *workers), threads * sizeof *workers);
+    worker *workers = bench_calloc_lines(threads, sizeof *workers);
     for (unsigned t = 0; t < threads; t++) {
         workers[t].out = &queues[t];
         workers[t].in = &queues[(t + threads - 1) % threads];

@@ -14,7 +14,7 @@
 enum { MIN_SIZE = 16, MAX_SIZE = 1040 };
 
 typedef struct {
-    bench_block *left; /* blocks left by the previous round's thread in this seat */
+    _Alignas(BENCH_LINE) bench_block *left; /* blocks left by the previous round's thread in this seat */
     size_t left_count;
     bench_rng rng;
 } seat;
@@ -69,7 +69,7 @@ int main(int argc, char **argv)
     if (blocks_per_thread < 1)
         bench_usage("BLOCKS_PER_THREAD must be at least 1");
 
-    seat *seats = bench_check_alloc(calloc(threads, sizeof *seats), threads * sizeof *seats);
+    seat *seats = bench_calloc_lines(threads, sizeof *seats);
     for (unsigned t = 0; t < threads; t++)
         seats[t].rng = bench_rng_make(seed, t);
 
