@@ -8,12 +8,17 @@ library cannot be found or loaded is skipped with a note, never an error.
 
 import glob
 import os
+import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ORDER = ("hakmem", "hakmem-secure", "glibc", "mimalloc", "jemalloc", "tcmalloc")
 # Compared only when asked for with --lib NAME=PATH (the hardened build, for its cost).
 OPTIONAL = ("hakmem-secure",)
+# Any other NAME given with --lib NAME=PATH is an extra allocator (another build of
+# hakmem, say), run after the ones above; --set NAME:VAR=VALUE gives one its own
+# environment (hakmem with HAKMEM_PURGE_DELAY_MS=-1, say).
+EXTRA_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 # name -> (Debian package, library file name)
 PACKAGES = {
@@ -31,6 +36,7 @@ class Allocator:
     name: str
     preload: str  # the .so to put in LD_PRELOAD; None for glibc
     version: str = ""
+    settings: dict = field(default_factory=dict)  # environment variables of its own
 
     def env(self, base=None):
         """The environment for a run under this allocator."""
@@ -38,6 +44,7 @@ class Allocator:
         env.pop("LD_PRELOAD", None)
         if self.preload:
             env["LD_PRELOAD"] = self.preload
+        env.update(self.settings)
         return env
 
 
@@ -77,15 +84,18 @@ def find_library(name):
     return None, ""
 
 
-def discover(hakmem_path, overrides=None, wanted=None):
-    """(allocators found, allocators skipped) in the canonical order.
+def discover(hakmem_path, overrides=None, wanted=None, settings=None):
+    """(allocators found, allocators skipped) in the canonical order, extras last.
 
-    overrides maps an allocator name to a library path to use instead of searching;
-    wanted, if given, limits the result to those names (the others are not mentioned).
+    overrides maps an allocator name to a library path to use instead of searching (a name
+    outside ORDER adds an extra allocator); wanted, if given, limits the result to those
+    names (the others are not mentioned); settings maps a name to its environment.
     """
     overrides = dict(overrides or {})
+    settings = dict(settings or {})
     found, skipped = [], []
-    for name in ORDER:
+    extras = [n for n in overrides if n not in ORDER]
+    for name in list(ORDER) + extras:
         if wanted is not None and name not in wanted:
             continue
         if name == "glibc":
@@ -96,7 +106,7 @@ def discover(hakmem_path, overrides=None, wanted=None):
         if name == "hakmem" or name in overrides:
             path = overrides.get(name, hakmem_path)
             if path and os.path.isfile(path):
-                found.append(Allocator(name, os.path.abspath(path)))
+                found.append(Allocator(name, os.path.abspath(path), settings=settings.get(name, {})))
             else:
                 skipped.append(Skipped(name, "library not found at %s" % path))
             continue
@@ -104,7 +114,7 @@ def discover(hakmem_path, overrides=None, wanted=None):
         if path is None:
             skipped.append(Skipped(name, "package %s not installed (%s not found)" % PACKAGES[name]))
         else:
-            found.append(Allocator(name, path, version))
+            found.append(Allocator(name, path, version, settings.get(name, {})))
     return found, skipped
 
 

@@ -302,8 +302,9 @@ def render(meta, records, chart_files, chart_dir="charts"):
             "- git commit: %s%s" % (m.get("git_commit", "?"), " (uncommitted changes)" if m.get("git_dirty") else ""),
             "- Python %s; %s" % (m.get("python", "?"), m.get("valgrind", "?"))]
     for a in meta.get("allocators", []):
-        out.append("- %s: %s%s" % (a["name"], a.get("preload") or "(nothing preloaded)",
-                                   " (package version %s)" % a["version"] if a.get("version") else ""))
+        out.append("- %s: %s%s%s" % (a["name"], a.get("preload") or "(nothing preloaded)",
+                                     " (package version %s)" % a["version"] if a.get("version") else "",
+                                     "".join(" %s=%s" % kv for kv in sorted((a.get("settings") or {}).items()))))
     out.append("")
 
     out += ["## Commands", ""]

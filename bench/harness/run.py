@@ -57,7 +57,13 @@ def parse_args(argv):
                    % ", ".join(workloads.all_names()))
     p.add_argument("--allocators", help="comma-separated subset of %s" % ",".join(alloc_mod.ORDER))
     p.add_argument("--lib", action="append", default=[], metavar="NAME=PATH",
-                   help="use PATH as allocator NAME's library instead of searching for it")
+                   help="use PATH as allocator NAME's library instead of searching for it; "
+                        "a NAME that is not one of the known allocators adds an extra one "
+                        "(another build of hakmem, say)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME:VAR=VALUE",
+                   help="run allocator NAME with the environment variable VAR=VALUE, e.g. "
+                        "--lib hakmem-nopurge=build/release/libhakmem.so "
+                        "--set hakmem-nopurge:HAKMEM_PURGE_DELAY_MS=-1")
     p.add_argument("--bin-dir", help="directory with the bench_* binaries (default: %s; "
                    "compiled by the harness if missing)" % binaries.DEFAULT_BIN_DIR)
     p.add_argument("--rounds", type=int, default=5, help="counted rounds (default 5)")
@@ -74,16 +80,24 @@ def parse_args(argv):
         p.error("--rounds must be >= 1 and --warmup >= 0")
     args.only = [w for w in (args.only or "").split(",") if w] or None
     args.allocators = [a for a in (args.allocators or "").split(",") if a] or None
-    unknown = set(args.allocators or []) - set(alloc_mod.ORDER)
-    if unknown:
-        p.error("unknown allocator(s): %s" % ", ".join(sorted(unknown)))
     overrides = {}
     for item in args.lib:
         name, sep, path = item.partition("=")
-        if not sep or name not in alloc_mod.ORDER or name == "glibc":
-            p.error("--lib wants NAME=PATH with NAME one of %s"
+        if not sep or name == "glibc" or not alloc_mod.EXTRA_NAME.match(name):
+            p.error("--lib wants NAME=PATH with NAME one of %s, or a new lower-case name"
                     % ", ".join(n for n in alloc_mod.ORDER if n != "glibc"))
         overrides[name] = path
+    unknown = set(args.allocators or []) - set(alloc_mod.ORDER) - set(overrides)
+    if unknown:
+        p.error("unknown allocator(s): %s" % ", ".join(sorted(unknown)))
+    settings = {}
+    for item in args.set:
+        name, sep, assignment = item.partition(":")
+        var, eq, value = assignment.partition("=")
+        if not sep or not eq or not var:
+            p.error("--set wants NAME:VAR=VALUE")
+        settings.setdefault(name, {})[var] = value
+    args.settings = settings
     args.overrides = overrides
     return args
 
@@ -125,7 +139,7 @@ class Suite:
                     threads=threads, round=rnd, warmup=rnd < self.args.warmup,
                     wall_seconds=out.wall_seconds, throughput=res.get("ops_per_sec"),
                     peak_rss_kib=res.get("peak_rss_kib"), exit_status=out.exit_status, status=out.status(),
-                    message=out.message(), command=runner.command_line(argv, a.preload), result=res)
+                    message=out.message(), command=runner.command_line(argv, a.preload, a.settings), result=res)
                 self.records.append(rec)
                 self.progress(rec, rnd, total)
                 if rec["status"] != "ok":
@@ -158,7 +172,7 @@ class Suite:
             kind="callgrind", allocator=a.name, workload=loop.name, params=" ".join(argv[4:]),
             threads=1, round=0, warmup=False, wall_seconds=out.wall_seconds, instructions=total,
             iterations=iterations, exit_status=out.exit_status, status=status, message=message,
-            command=runner.command_line(argv, a.preload), result=out.result or {})
+            command=runner.command_line(argv, a.preload, a.settings), result=out.result or {})
 
     def progress(self, rec, rnd, total):
         what = "%s t=%d round %d/%d%s %-9s" % (rec["workload"], rec["threads"], rnd + 1, total,
@@ -197,7 +211,7 @@ def main(argv=None):
     bin_dir, bin_note = binaries.ensure(args.bin_dir, os.path.join(out_dir, "bin"), programs)
     notes.append(bin_note)
 
-    found, skipped = alloc_mod.discover(args.hakmem, args.overrides, args.allocators)
+    found, skipped = alloc_mod.discover(args.hakmem, args.overrides, args.allocators, args.settings)
     probe_cmd = [os.path.join(bin_dir, workloads.binary_name("fastpath_loop")), "fixed", "64", "0"]
     allocs = []
     for a in found:
@@ -216,7 +230,8 @@ def main(argv=None):
         "mode": args.mode, "rounds": args.rounds, "warmup": args.warmup,
         "harness_command": shlex.join([sys.executable, os.path.abspath(__file__)] + cli),
         "started": started, "machine": machine.describe(binaries.REPO_DIR),
-        "allocators": [{"name": a.name, "preload": a.preload, "version": a.version} for a in allocs],
+        "allocators": [{"name": a.name, "preload": a.preload, "version": a.version,
+                        "settings": a.settings} for a in allocs],
         "skipped": [{"name": s.name, "note": s.note} for s in skipped],
         "scale_notes": workloads.scale_notes(args.mode),
         "notes": notes,

@@ -70,9 +70,11 @@ def _signal_name(number):
         return "signal %d" % number
 
 
-def command_line(argv, env_preload):
-    """The exact command as one shell line, LD_PRELOAD first when there is one."""
+def command_line(argv, env_preload, settings=None):
+    """The exact command as one shell line, LD_PRELOAD and any settings first."""
     prefix = "LD_PRELOAD=%s " % shlex.quote(env_preload) if env_preload else ""
+    for var, value in sorted((settings or {}).items()):
+        prefix += "%s=%s " % (var, shlex.quote(value))
     return prefix + shlex.join(argv)
 
 
