@@ -200,8 +200,7 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   pthread_mutex_lock(&region_lock);
   s = adopt_locked(h, c, now);
   if (s == NULL) {
-    bool zeroed;
-    s = region_alloc_span(class_units[c], &zeroed);
+    s = region_alloc_span(class_units[c]);
     if (s) slab_init(s, c, (uintptr_t)h);
   }
   pthread_mutex_unlock(&region_lock);
@@ -448,6 +447,7 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
     s->free = s->local_free = NULL;
     s->capacity = 0;
     s->aux = 0;
+    s->touched = 0;
     os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
     atomic_fetch_add_explicit(&hak_gstats.purged_bytes, (size_t)s->units * UNIT_SIZE,
                               memory_order_relaxed);
@@ -483,10 +483,19 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
   }
 }
 
+/* Pages that an earlier use of a slab's span wrote past what the slab has carved. */
+static void heap_trim_stale(hak_heap_t *h) {
+  size_t purged = 0;
+  for (uint32_t c = 0; c < NUM_CLASSES; c++)
+    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);
+  if (purged) atomic_fetch_add_explicit(&hak_gstats.purged_bytes, purged, memory_order_relaxed);
+}
+
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
   heap_remote_flush(h);
   heap_purge_idle_heads(h, now);
+  if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
   if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
     h->next_block_purge_ms = now + (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
                                                   ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);

@@ -74,7 +74,7 @@ hak_inline uintptr_t slab_base(const hak_slab_t *s) {
 
 /* Span allocation; the caller holds region_lock. Returns the span's descriptor with
  * units/unit_idx set and the unit map pointing at it, or NULL when out of memory. */
-hak_slab_t *region_alloc_span(size_t units, bool *zeroed);
+hak_slab_t *region_alloc_span(size_t units); /* its `touched` says what is not zero */
 void region_free_span(hak_slab_t *s, uint64_t now_ms);
 /* Purge free spans freed before now - delay (delay 0: all). Caller holds region_lock.
  * Returns the bytes given back. */
@@ -86,6 +86,7 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
+size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved blocks */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
 hak_inline bool slab_has_remote(hak_slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL ||
