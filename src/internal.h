@@ -150,6 +150,12 @@ void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now); /* s: owner alr
 size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms); /* -1: all */
 
 /* ---- large.c: large spans and huge mappings --------------------------------------- */
+/* A block that realloc grows past this moves to a span of its own (a large block),
+ * where further growth and shrinking happen in place and only the pages written
+ * become resident. Through the mid classes instead, a growing buffer would leave a
+ * block behind in each class it passes, and each class would keep its own. So a large
+ * block's usable size can exceed its size by up to a unit from this size on. */
+#define REALLOC_SPAN_MIN ((size_t)16 * 1024)
 void *large_alloc(size_t n, size_t align, bool zero);
 void large_free(hak_slab_t *s, void *p);
 size_t large_usable(const hak_slab_t *s, const void *p);
