@@ -26,6 +26,8 @@ static hak_slab_queue_t abandoned[NUM_CLASSES];
 #define DEFERRED_PERIOD_MS 10
 /* Full slabs inspected for remote frees before a new slab is taken. */
 #define FULL_SCAN_LIMIT 8
+/* Full slabs inspected before the queue head carves more blocks. */
+#define PRE_CARVE_SCAN_LIMIT 2
 
 /* ---- queues ------------------------------------------------------------------- */
 static void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
@@ -171,11 +173,11 @@ static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c, uint64_t now) {
   return NULL;
 }
 
-static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
-  /* 1. A full slab of ours that other threads have freed into. */
+/* A full slab of ours that other threads have freed into, taken off the full list. */
+static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
   hak_slab_queue_t *full = &h->full[c];
   hak_slab_t *s = full->head;
-  for (int i = 0; s != NULL && i < FULL_SCAN_LIMIT; i++) {
+  for (int i = 0; s != NULL && i < limit; i++) {
     hak_slab_t *next = s->next;
     if (slab_has_remote(s)) {
       slab_collect(s);
@@ -190,6 +192,13 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
     queue_push_back(full, s);
     s = next;
   }
+  return NULL;
+}
+
+static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
+  /* 1. A full slab of ours that other threads have freed into. */
+  hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
+  if (s != NULL) return s;
   /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. */
   s = span_cache_take(h, class_units[c], class_units[c]);
   if (s != NULL) {
@@ -227,7 +236,15 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
     }
     if (s->free) break;
     slab_collect(s);
-    if (s->free || slab_extend(s)) break;
+    if (s->free) break;
+    /* Blocks other threads gave back come before carving new memory. */
+    hak_slab_t *back = h->full[c].head ? heap_reclaim_full(h, c, PRE_CARVE_SCAN_LIMIT) : NULL;
+    if (back != NULL) {
+      queue_push_front(q, back);
+      s = back;
+      break;
+    }
+    if (slab_extend(s)) break;
     /* Nothing left: park it on the full list until a free arrives. */
     queue_remove(q, s);
     queue_push_back(&h->full[c], s);
