@@ -21,9 +21,12 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
 /* Stale pages of a reused span fewer than this are left for carving to reuse. */
 #define STALE_PURGE_MIN 16384
 
-/* Blocks of `size` one carve makes. */
+/* Blocks of `size` one carve makes. Mid blocks are carved a page's worth (or one
+ * block) at a time: carving writes a link into every block, and a few blocks of a
+ * class are all many programs use. */
 static uint32_t carve_blocks(uint32_t size) {
   uint32_t n = EXTEND_BYTES / size;
+  if (size > TINY_MAX) return n > 1 ? n : 1;
   if (n < EXTEND_MIN_BLOCKS) n = EXTEND_MIN_BLOCKS;
   if ((size_t)n * size > EXTEND_MAX_BYTES) n = (uint32_t)(EXTEND_MAX_BYTES / size);
   return n < 1 ? 1 : n;
