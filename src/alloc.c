@@ -121,9 +121,16 @@ hak_export void *hak_realloc(void *p, size_t n) {
       return realloc_move(p, usable, n);
     }
     if (fits_in_place(n, usable) || (n <= usable && usable <= 16)) return p;
-    if (slab_owner(s) == OWNER_LARGE && n > MID_MAX &&
-        large_realloc_in_place(s, p, n) != NULL)
-      return p;
+    if (n > REALLOC_SPAN_MIN) {
+      if (slab_owner(s) == OWNER_LARGE && large_realloc_in_place(s, p, n) != NULL) return p;
+      if (n > usable && n <= LARGE_MAX) {
+        void *q = large_alloc(n, 0, false);
+        if (q == NULL) return NULL;
+        memcpy(q, p, usable);
+        fast_free(p);
+        return q;
+      }
+    }
     return realloc_move(p, usable, n);
   }
   case MAP_HUGE: {

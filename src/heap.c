@@ -26,6 +26,8 @@ static hak_slab_queue_t abandoned[NUM_CLASSES];
 #define DEFERRED_PERIOD_MS 10
 /* Full slabs inspected for remote frees before a new slab is taken. */
 #define FULL_SCAN_LIMIT 8
+/* Full slabs inspected before the queue head carves more blocks. */
+#define PRE_CARVE_SCAN_LIMIT 2
 
 /* ---- queues ------------------------------------------------------------------- */
 static void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
@@ -149,19 +151,19 @@ static void heap_release_slab(hak_heap_t *h, hak_slab_t *s) {
   span_cache_put(h, s, os_now_ms());
 }
 
-/* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c: empty ones go back to
- * their region, the first with a free block becomes h's. Caller holds region_lock. */
+/* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c: the first with room
+ * becomes h's — an empty one too, so that a new thread takes over the blocks an exited
+ * one carved rather than carving a span of another class's pages again. Caller holds
+ * region_lock. */
 #define ABANDONED_SCAN_LIMIT 16
-static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c, uint64_t now) {
+static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c) {
   hak_slab_t *s = abandoned[c].head;
   for (int i = 0; s != NULL && i < ABANDONED_SCAN_LIMIT; i++) {
     hak_slab_t *next = s->next;
     slab_collect(s);
-    if (s->used == 0) {
+    if (s->free != NULL || s->capacity < s->reserved) {
       queue_remove(&abandoned[c], s);
-      release_span_locked(s, now);
-    } else if (s->free != NULL || s->capacity < s->reserved) {
-      queue_remove(&abandoned[c], s);
+      s->aux = 0;
       __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
       atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
       return s;
@@ -171,11 +173,11 @@ static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c, uint64_t now) {
   return NULL;
 }
 
-static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
-  /* 1. A full slab of ours that other threads have freed into. */
+/* A full slab of ours that other threads have freed into, taken off the full list. */
+static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
   hak_slab_queue_t *full = &h->full[c];
   hak_slab_t *s = full->head;
-  for (int i = 0; s != NULL && i < FULL_SCAN_LIMIT; i++) {
+  for (int i = 0; s != NULL && i < limit; i++) {
     hak_slab_t *next = s->next;
     if (slab_has_remote(s)) {
       slab_collect(s);
@@ -190,18 +192,23 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
     queue_push_back(full, s);
     s = next;
   }
+  return NULL;
+}
+
+static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
+  /* 1. A full slab of ours that other threads have freed into. */
+  hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
+  if (s != NULL) return s;
   /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. */
   s = span_cache_take(h, class_units[c], class_units[c]);
   if (s != NULL) {
     slab_init(s, c, (uintptr_t)h);
     return s;
   }
-  uint64_t now = os_now_ms();
   pthread_mutex_lock(&region_lock);
-  s = adopt_locked(h, c, now);
+  s = adopt_locked(h, c);
   if (s == NULL) {
-    bool zeroed;
-    s = region_alloc_span(class_units[c], &zeroed);
+    s = region_alloc_span(class_units[c]);
     if (s) slab_init(s, c, (uintptr_t)h);
   }
   pthread_mutex_unlock(&region_lock);
@@ -228,7 +235,15 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
     }
     if (s->free) break;
     slab_collect(s);
-    if (s->free || slab_extend(s)) break;
+    if (s->free) break;
+    /* Blocks other threads gave back come before carving new memory. */
+    hak_slab_t *back = h->full[c].head ? heap_reclaim_full(h, c, PRE_CARVE_SCAN_LIMIT) : NULL;
+    if (back != NULL) {
+      queue_push_front(q, back);
+      s = back;
+      break;
+    }
+    if (slab_extend(s)) break;
     /* Nothing left: park it on the full list until a free arrives. */
     queue_remove(q, s);
     queue_push_back(&h->full[c], s);
@@ -369,6 +384,7 @@ static bool adopt_on_free(hak_heap_t *h, hak_slab_t *s) {
   if (took) {
     uint32_t c = s->class_idx;
     queue_remove(&abandoned[c], s);
+    s->aux = 0;
     slab_collect(s);
     if (s->free != NULL || s->capacity < s->reserved) {
       queue_push_back(&h->queue[c], s);
@@ -440,19 +456,18 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
   return released;
 }
 
-/* Abandoned slabs whose blocks were all freed by other threads go back to regions.
- * Caller holds region_lock. */
-static void sweep_abandoned_locked(uint64_t now) {
+/* Abandoned slabs whose blocks were all freed go back to regions once they were
+ * abandoned for the purge delay (aux: when), or at once with `all`. Caller holds
+ * region_lock. */
+static void sweep_abandoned_locked(uint64_t now, bool all) {
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     hak_slab_t *s = abandoned[c].head;
     while (s != NULL) {
       hak_slab_t *next = s->next;
-      if (slab_has_remote(s)) {
-        slab_collect(s);
-        if (s->used == 0) {
-          queue_remove(&abandoned[c], s);
-          release_span_locked(s, now);
-        }
+      if (slab_has_remote(s)) slab_collect(s);
+      if (s->used == 0 && (all || now - s->aux >= (uint64_t)hak_opt.purge_delay_ms)) {
+        queue_remove(&abandoned[c], s);
+        release_span_locked(s, now);
       }
       s = next;
     }
@@ -475,6 +490,7 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
     s->free = s->local_free = NULL;
     s->capacity = 0;
     s->aux = 0;
+    s->touched = 0;
     os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
     atomic_fetch_add_explicit(&hak_gstats.purged_bytes, (size_t)s->units * UNIT_SIZE,
                               memory_order_relaxed);
@@ -510,10 +526,19 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
   }
 }
 
+/* Pages that an earlier use of a slab's span wrote past what the slab has carved. */
+static void heap_trim_stale(hak_heap_t *h) {
+  size_t purged = 0;
+  for (uint32_t c = 0; c < NUM_CLASSES; c++)
+    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);
+  if (purged) atomic_fetch_add_explicit(&hak_gstats.purged_bytes, purged, memory_order_relaxed);
+}
+
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
   heap_remote_flush(h);
   heap_purge_idle_heads(h, now);
+  if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
   if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
     h->next_block_purge_ms = now + (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
                                                   ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
@@ -523,7 +548,7 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
   for (uint32_t c = 0; c < NUM_CLASSES; c++)
     if (h->full[c].head) heap_collect_full(h, c);
   if (pthread_mutex_trylock(&region_lock) == 0) {
-    sweep_abandoned_locked(now);
+    sweep_abandoned_locked(now, false);
     region_purge(now, hak_opt.purge_delay_ms, false);
     pthread_mutex_unlock(&region_lock);
   }
@@ -555,14 +580,15 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   uint64_t now = os_now_ms();
   if (h != &hak_heap_empty) released += span_cache_flush(h, now, -1);
   pthread_mutex_lock(&region_lock);
-  sweep_abandoned_locked(now);
+  sweep_abandoned_locked(now, true);
   released += region_purge(now, 0, true);
   pthread_mutex_unlock(&region_lock);
   return released;
 }
 
-/* Gives every slab of h away: empty ones to their region, the rest to the abandoned
- * lists where a free from any thread, a sweep or another heap's refill finds them. */
+/* Gives every slab of h away to the abandoned lists, where a free from any thread, a
+ * sweep or another heap's refill finds them; with no purge delay, empty ones go to
+ * their region at once. Slabs never carved go back to their region. */
 static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     heap_unpin(h, c);
@@ -572,9 +598,10 @@ static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
       while ((s = lists[l]->head) != NULL) {
         queue_remove(lists[l], s);
         slab_collect(s);
-        if (s->used == 0) {
+        if (s->used == 0 && (s->capacity == 0 || hak_opt.purge_delay_ms <= 0)) {
           release_span_locked(s, now);
         } else {
+          s->aux = now;
           __atomic_store_n(&s->owner, OWNER_ABANDONED, __ATOMIC_RELEASE);
           queue_push_back(&abandoned[c], s);
         }
@@ -592,7 +619,7 @@ void heap_abandon(hak_heap_t *h) {
   span_cache_flush(h, now, -1);
   pthread_mutex_lock(&region_lock);
   heap_release_all_locked(h, now);
-  sweep_abandoned_locked(now);
+  sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
   atomic_fetch_add_explicit(&hak_gstats.heaps_abandoned, 1, memory_order_relaxed);
   heap_struct_free(h);

@@ -78,7 +78,7 @@ hak_inline uintptr_t slab_base(const hak_slab_t *s) {
 
 /* Span allocation; the caller holds region_lock. Returns the span's descriptor with
  * units/unit_idx set and the unit map pointing at it, or NULL when out of memory. */
-hak_slab_t *region_alloc_span(size_t units, bool *zeroed);
+hak_slab_t *region_alloc_span(size_t units); /* its `touched` says what is not zero */
 void region_free_span(hak_slab_t *s, uint64_t now_ms);
 /* Purge free spans freed before now - delay (delay 0: all). Caller holds region_lock.
  * Returns the bytes given back. */
@@ -90,6 +90,7 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
+size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved blocks */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
 hak_inline bool slab_has_remote(hak_slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL ||
@@ -153,6 +154,12 @@ void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now); /* s: owner alr
 size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms); /* -1: all */
 
 /* ---- large.c: large spans and huge mappings --------------------------------------- */
+/* A block that realloc grows past this moves to a span of its own (a large block),
+ * where further growth and shrinking happen in place and only the pages written
+ * become resident. Through the mid classes instead, a growing buffer would leave a
+ * block behind in each class it passes, and each class would keep its own. So a large
+ * block's usable size can exceed its size by up to a unit from this size on. */
+#define REALLOC_SPAN_MIN ((size_t)16 * 1024)
 void *large_alloc(size_t n, size_t align, bool zero);
 void large_free(hak_slab_t *s, void *p);
 size_t large_usable(const hak_slab_t *s, const void *p);

@@ -25,13 +25,12 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   }
   /* At least one byte past the aligned start must be inside the span. */
   size_t units = round_up((n ? n : 1) + slack, UNIT_SIZE) >> UNIT_SHIFT;
-  bool zeroed = false;
   hak_heap_t *h = hak_tls_heap;
   /* A cached span up to a quarter bigger is as good as a new one, and needs no lock. */
   hak_slab_t *s = h != &hak_heap_empty ? span_cache_take(h, units, units + units / 4) : NULL;
   if (s == NULL) {
     pthread_mutex_lock(&region_lock);
-    s = region_alloc_span(units, &zeroed);
+    s = region_alloc_span(units);
     pthread_mutex_unlock(&region_lock);
     if (s == NULL) {
       errno = ENOMEM;
@@ -49,11 +48,14 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   s->start_magic = 0;
   s->used = 1;
   s->aux = n;
+  /* Only what an earlier use wrote needs clearing; the rest reads as zero. */
+  size_t dirty = base + s->touched > p ? base + s->touched - p : 0;
+  s->touched = (uint32_t)(units * UNIT_SIZE); /* the user may write all of it */
   __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
   atomic_fetch_add_explicit(&hak_gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.large_allocs, 1, memory_order_relaxed);
   stats_note_in_use();
-  if (zero && !zeroed) memset((void *)p, 0, n);
+  if (zero && dirty > 0) memset((void *)p, 0, dirty < n ? dirty : n);
   return (void *)p;
 }
 
@@ -93,6 +95,7 @@ void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
   pthread_mutex_unlock(&region_lock);
   if (!ok) return NULL;
   s->block_size = (uint32_t)((size_t)s->units * UNIT_SIZE - head);
+  s->touched = (uint32_t)((size_t)s->units * UNIT_SIZE);
   s->aux = n;
   size_t new_bytes = (size_t)s->units * UNIT_SIZE;
   if (new_bytes > old_bytes)

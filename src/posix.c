@@ -81,10 +81,12 @@ hak_export void *hak_pvalloc(size_t n) {
 }
 
 /* A size given back at free must be one that could have produced this block: no
- * larger than it, and not so small that another class would have been chosen. */
+ * larger than it, and not so small that another class would have been chosen (or, past
+ * REALLOC_SPAN_MIN, that realloc would have left it in a span of fewer units). */
 static void check_size(void *p, size_t n, size_t align, const char *fn) {
   size_t usable = block_usable_size(p, "free");
-  bool ok = n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align);
+  bool ok = n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align ||
+                            (n > REALLOC_SPAN_MIN && usable - n < UNIT_SIZE));
   if (!ok) hak_fatal_pointer("size mismatch", fn, p);
 }
 

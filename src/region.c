@@ -44,11 +44,12 @@ static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
   }
 }
 
-/* First run of n set bits in the region's free bitmap, or 0 (header units are never free). */
-static size_t find_free_run(const hak_region_t *r, size_t n) {
+/* First run of n free units, or 0 (header units are never free). With `dirty`, only
+ * units that may still be resident count, so reuse comes before first touch. */
+static size_t find_free_run(const hak_region_t *r, size_t n, bool dirty) {
   size_t run = 0;
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
-    uint64_t word = r->free_bits[w];
+    uint64_t word = r->free_bits[w] & (dirty ? r->dirty_bits[w] : ~(uint64_t)0);
     if (word == 0) { run = 0; continue; }
     if (word == ~(uint64_t)0 && run + 64 < n) { run += 64; continue; }
     for (size_t b = 0; b < 64; b++) {
@@ -101,11 +102,20 @@ static void region_destroy(hak_region_t *r) {
   atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
 }
 
-hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
-  hak_region_t *r;
+hak_slab_t *region_alloc_span(size_t units) {
+  hak_region_t *r = NULL;
   size_t first = 0;
-  for (r = regions; r != NULL; r = r->next) {
-    if (r->free_units >= units && (first = find_free_run(r, units)) != 0) break;
+  /* Free units that are still resident first: taking a clean one while a dirty one
+   * waits for the purge would make both resident. */
+  if (dirty_units >= units) {
+    for (r = regions; r != NULL; r = r->next) {
+      if (r->dirty_free_units >= units && (first = find_free_run(r, units, true)) != 0) break;
+    }
+  }
+  if (r == NULL) {
+    for (r = regions; r != NULL; r = r->next) {
+      if (r->free_units >= units && (first = find_free_run(r, units, false)) != 0) break;
+    }
   }
   if (r == NULL) {
     r = region_create();
@@ -113,10 +123,11 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
     first = REGION_HEADER_UNITS;
   }
   if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
-  bool clean = true;
+  size_t touched = 0;
   for (size_t u = first; u < first + units; u++) {
     if (bit_get(r->dirty_bits, u)) {
-      clean = false;
+      touched = (u - first) * UNIT_SIZE + ((size_t)r->touched_pages[u] << TOUCH_SHIFT);
+      r->touched_pages[u] = 0;
       r->dirty_free_units--;
       dirty_units--;
     } else {
@@ -131,14 +142,15 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
   s->unit_idx = (uint16_t)first;
+  s->touched = (uint32_t)touched;
   for (size_t u = first; u < first + units; u++) r->unit_map[u] = s;
-  *zeroed = clean;
   return s;
 }
 
 static void purge_units(hak_region_t *r, size_t from, size_t n) {
   os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
   bits_set_range(r->dirty_bits, from, n, false);
+  memset(&r->touched_pages[from], 0, n);
   r->dirty_free_units -= (uint32_t)n;
   dirty_units -= n;
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
@@ -148,18 +160,32 @@ static void purge_units(hak_region_t *r, size_t from, size_t n) {
 void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   hak_region_t *r = region_of((uintptr_t)s);
   size_t first = s->unit_idx, units = s->units;
+  /* The span wrote a prefix of itself: the units past it are free and clean. */
+  size_t touched = s->touched, dirty = 0;
   __atomic_store_n(&s->owner, OWNER_NONE, __ATOMIC_RELEASE);
   for (size_t u = first; u < first + units; u++) {
+    size_t off = (u - first) * UNIT_SIZE;
+    size_t t = touched > off ? touched - off : 0;
+    if (t > UNIT_SIZE) t = UNIT_SIZE;
     r->unit_map[u] = &region_free_unit_slab;
     r->freed_ms[u] = (uint32_t)now_ms;
+    r->touched_pages[u] = (uint8_t)((t + ((size_t)1 << TOUCH_SHIFT) - 1) >> TOUCH_SHIFT);
+    if (t > 0) dirty++;
+  }
+  if (dirty < units) {
+    bits_set_range(r->dirty_bits, first + dirty, units - dirty, false);
+    atomic_fetch_sub_explicit(&hak_gstats.committed_est, (units - dirty) * UNIT_SIZE,
+                              memory_order_relaxed);
   }
   bits_set_range(r->free_bits, first, units, true);
   r->free_units += (uint32_t)units;
-  r->dirty_free_units += (uint32_t)units;
-  dirty_units += units;
+  r->dirty_free_units += (uint32_t)dirty;
+  dirty_units += dirty;
   used_units -= units;
-  if (hak_opt.purge_delay_ms == 0 || (hak_opt.purge_delay_ms > 0 && over_dirty_budget())) {
-    purge_units(r, first, units);
+  if (dirty == 0) {
+    /* nothing to purge */
+  } else if (hak_opt.purge_delay_ms == 0 || (hak_opt.purge_delay_ms > 0 && over_dirty_budget())) {
+    purge_units(r, first, dirty);
   } else if (hak_opt.purge_delay_ms > 0) {
     uint64_t due = now_ms + (uint64_t)hak_opt.purge_delay_ms;
     if (next_purge_ms == 0 || due < next_purge_ms) next_purge_ms = due;
@@ -220,6 +246,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
     if (bit_get(r->dirty_bits, u)) {
       r->dirty_free_units--;
       dirty_units--;
+      r->touched_pages[u] = 0;
     } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     r->unit_map[u] = s;
   }
@@ -236,9 +263,12 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
   size_t from = (size_t)s->unit_idx + new_units, n = s->units - new_units;
   if (n == 0) return;
   hak_slab_t *tail = &r->slabs[from];
+  size_t keep = new_units * UNIT_SIZE;
   memset(tail, 0, sizeof *tail);
   tail->units = (uint16_t)n;
   tail->unit_idx = (uint16_t)from;
+  tail->touched = s->touched > keep ? (uint32_t)(s->touched - keep) : 0;
+  if (s->touched > keep) s->touched = (uint32_t)keep;
   s->units = (uint16_t)new_units;
   region_free_span(tail, now_ms);
 }

@@ -18,6 +18,19 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
 #define EXTEND_BYTES 4096
 #define EXTEND_MIN_BLOCKS 32
 #define EXTEND_MAX_BYTES 16384
+/* Stale pages of a reused span fewer than this are left for carving to reuse. */
+#define STALE_PURGE_MIN 16384
+
+/* Blocks of `size` one carve makes. Mid blocks are carved a page's worth (or one
+ * block) at a time: carving writes a link into every block, and a few blocks of a
+ * class are all many programs use. */
+static uint32_t carve_blocks(uint32_t size) {
+  uint32_t n = EXTEND_BYTES / size;
+  if (size > TINY_MAX) return n > 1 ? n : 1;
+  if (n < EXTEND_MIN_BLOCKS) n = EXTEND_MIN_BLOCKS;
+  if ((size_t)n * size > EXTEND_MAX_BYTES) n = (uint32_t)(EXTEND_MAX_BYTES / size);
+  return n < 1 ? 1 : n;
+}
 
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   uint32_t size = class_size[class_idx];
@@ -40,15 +53,29 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   __atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
 }
 
+/* A reused span may still hold pages an earlier use wrote past what this slab has
+ * carved. Carving reuses them in time, but a slab carves only as far as its class
+ * needs, so they could stay resident, unused, until the slab is given up: on deferred
+ * work, those past the carved blocks go back. Returns the bytes given back. */
+size_t slab_trim_stale(hak_slab_t *s) {
+  size_t page = os_page_size();
+  uintptr_t base = slab_base(s);
+  size_t keep = (s->start - base + (size_t)s->capacity * s->block_size + page - 1) & ~(page - 1);
+  if (s->touched < keep + STALE_PURGE_MIN) return 0;
+  size_t n = s->touched - keep;
+  os_purge((void *)(base + keep), n);
+  s->touched = (uint32_t)keep;
+  return n;
+}
+
 bool slab_extend(hak_slab_t *s) {
   if (s->capacity >= s->reserved) return false;
-  uint32_t n = EXTEND_BYTES / s->block_size;
-  if (n < EXTEND_MIN_BLOCKS) n = EXTEND_MIN_BLOCKS;
-  if ((size_t)n * s->block_size > EXTEND_MAX_BYTES) n = (uint32_t)(EXTEND_MAX_BYTES / s->block_size);
-  if (n < 1) n = 1;
+  uint32_t n = carve_blocks(s->block_size);
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
   s->capacity += n;
+  uint32_t end = (uint32_t)(first + (uintptr_t)n * s->block_size - slab_base(s));
+  if (end > s->touched) s->touched = end;
   if (HAKMEM_SECURE) {
     secure_carve(s, first, n);
     return true;

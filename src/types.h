@@ -59,6 +59,9 @@
 #define REGION_SIZE ((size_t)1 << REGION_SHIFT)
 #define REGION_MASK (REGION_SIZE - 1)
 #define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512 */
+/* What a span has written is tracked in 4 KiB steps (touched_pages, slab `touched`). */
+#define TOUCH_SHIFT 12
+#define TOUCH_STEPS_PER_UNIT (UNIT_SIZE >> TOUCH_SHIFT) /* 16 */
 /* Units 0 and 1 hold the header; the hardened build keeps the last unit as a guard. */
 #define REGION_HEADER_UNITS 2
 #define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
@@ -118,6 +121,8 @@ typedef struct hak_slab {
   uint32_t reserved;        /* blocks that fit */
   uint16_t units;           /* span length in units */
   uint16_t unit_idx;        /* first unit inside the region */
+  uint32_t touched;         /* bytes from the span's start that may be resident: what
+                               any use of the span has written since it was last purged */
   struct hak_slab *next;    /* heap queue / abandoned list */
   struct hak_slab *prev;
   uint64_t aux;             /* large: requested size */
@@ -137,6 +142,8 @@ typedef struct hak_region {
   uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
   uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
   uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */
+  uint8_t touched_pages[UNITS_PER_REGION];     /* free unit: 4 KiB steps from its start
+                                                  that may be resident (0: reads as zero) */
   hak_slab_t *unit_map[UNITS_PER_REGION];     /* unit -> its slab descriptor */
   hak_slab_t slabs[UNITS_PER_REGION];         /* descriptor of the span starting here */
 } hak_region_t;
