@@ -44,22 +44,86 @@ static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
   }
 }
 
-/* First run of n set bits in the region's free bitmap, or 0 (header units are never free). */
-static size_t find_free_run(const hak_region_t *r, size_t n) {
-  size_t run = 0;
-  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
-    uint64_t word = r->free_bits[w];
-    if (word == 0) { run = 0; continue; }
-    if (word == ~(uint64_t)0 && run + 64 < n) { run += 64; continue; }
-    for (size_t b = 0; b < 64; b++) {
-      if ((word >> b) & 1) {
-        if (++run == n) return w * 64 + b + 1 - n;
-      } else {
-        run = 0;
+/* The first index >= from whose bit is `value`, or UNITS_PER_REGION. */
+static size_t next_bit(const uint64_t *bits, size_t from, bool value) {
+  for (size_t w = from >> 6; w < UNITS_PER_REGION / 64; w++) {
+    uint64_t word = value ? bits[w] : ~bits[w];
+    if (w == from >> 6) word &= ~(uint64_t)0 << (from & 63);
+    if (word) return w * 64 + (size_t)__builtin_ctzll(word);
+  }
+  return UNITS_PER_REGION;
+}
+
+static size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
+  size_t count = 0;
+  for (size_t i = from; i < from + n;) {
+    size_t w = i >> 6, lo = i & 63, take = 64 - lo < from + n - i ? 64 - lo : from + n - i;
+    uint64_t mask = take == 64 ? ~(uint64_t)0 : (((uint64_t)1 << take) - 1) << lo;
+    count += (size_t)__builtin_popcountll(bits[w] & mask);
+    i += take;
+  }
+  return count;
+}
+
+/* Where a span of n units goes: the place whose units hold the most resident pages
+ * (reused memory faults no page in), then the shortest free run (best fit keeps long
+ * runs for big spans). Within its run a span sits at one end, so that what is left stays
+ * in one piece, unless the run's resident units lie between. A slab-sized span takes
+ * the first place that is all resident; a bigger one looks on for an exact fit. */
+#define SMALL_SPAN_UNITS 16
+typedef struct span_place {
+  hak_region_t *region;
+  size_t first, dirty, run;
+} span_place_t;
+
+static bool place_is_final(const span_place_t *p, size_t n) {
+  return p->region != NULL && p->dirty == n && (p->run == n || n <= SMALL_SPAN_UNITS);
+}
+
+static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
+  for (size_t a = next_bit(r->free_bits, 1, true); a < UNITS_PER_REGION;) {
+    size_t b = next_bit(r->free_bits, a, false), run = b - a;
+    if (run >= n) {
+      size_t in_run = r->dirty_free_units ? count_bits(r->dirty_bits, a, run) : 0;
+      size_t at = a, dirty = in_run ? count_bits(r->dirty_bits, a, n) : 0;
+      size_t end_dirty = in_run ? count_bits(r->dirty_bits, b - n, n) : 0;
+      if (end_dirty > dirty) {
+        at = b - n;
+        dirty = end_dirty;
+      }
+      if (dirty < n && in_run > dirty) { /* slide a window of n units along the run */
+        size_t d = count_bits(r->dirty_bits, a, n);
+        for (size_t p = a + 1; p + n <= b; p++) {
+          d += (size_t)bit_get(r->dirty_bits, p + n - 1);
+          d -= (size_t)bit_get(r->dirty_bits, p - 1);
+          if (d > dirty) {
+            dirty = d;
+            at = p;
+          }
+        }
+      }
+      if (best->region == NULL || dirty > best->dirty || (dirty == best->dirty && run < best->run)) {
+        *best = (span_place_t){r, at, dirty, run};
+        if (place_is_final(best, n)) return;
       }
     }
+    a = b < UNITS_PER_REGION ? next_bit(r->free_bits, b, true) : b;
   }
-  return 0;
+}
+
+static span_place_t find_place(size_t n) {
+  span_place_t best = {NULL, 0, 0, 0};
+  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+    if (r->free_units < n) continue;
+    /* A region with fewer resident free units cannot do better; for a slab, one with
+     * no more cannot either (it only matters that the place is resident). */
+    if (best.region != NULL && (r->dirty_free_units < best.dirty ||
+                                (n <= SMALL_SPAN_UNITS && r->dirty_free_units <= best.dirty)))
+      continue;
+    consider_region(r, n, &best);
+    if (place_is_final(&best, n)) break;
+  }
+  return best;
 }
 
 static hak_region_t *region_create(void) {
@@ -102,11 +166,9 @@ static void region_destroy(hak_region_t *r) {
 }
 
 hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
-  hak_region_t *r;
-  size_t first = 0;
-  for (r = regions; r != NULL; r = r->next) {
-    if (r->free_units >= units && (first = find_free_run(r, units)) != 0) break;
-  }
+  span_place_t place = find_place(units);
+  hak_region_t *r = place.region;
+  size_t first = place.first;
   if (r == NULL) {
     r = region_create();
     if (r == NULL) return NULL;
