@@ -80,6 +80,9 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms);
  * Returns the bytes given back. */
 size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions);
 size_t region_grow_span(hak_slab_t *s, size_t new_units); /* in place, or 0 */
+/* Huge blocks count in the purge budget (caller holds region_lock): the change in their
+ * bytes in use and in freed bytes kept resident. */
+void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept);
 void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 
 /* ---- slab.c -------------------------------------------------------------------- */

@@ -122,6 +122,11 @@ static huge_header_t *huge_header_of(uintptr_t p) {
   return (huge_header_t *)((p - 1) & ~(uintptr_t)REGION_MASK);
 }
 
+/* The bytes a huge block can have touched, as the purge budget counts them. */
+static size_t huge_resident(const huge_header_t *h) {
+  return round_up(h->user - h->base + h->size, os_page_size());
+}
+
 static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t kind_tail) {
   for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE)
     region_map[c >> REGION_SHIFT] = kind_tail;
@@ -151,6 +156,9 @@ void *huge_alloc(size_t n, size_t align) {
   h->map_size = map_size;
   h->size = n;
   huge_mark(base, map_size, user, MAP_HUGE_TAIL);
+  pthread_mutex_lock(&region_lock);
+  purge_note_huge((ptrdiff_t)huge_resident(h), 0);
+  pthread_mutex_unlock(&region_lock);
   atomic_fetch_add_explicit(&huge_mapped_bytes, map_size, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.huge_allocs, 1, memory_order_relaxed);
   stats_note_in_use();
@@ -167,6 +175,9 @@ void huge_free(void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
   uintptr_t base = h->base;
   size_t map_size = h->map_size;
+  pthread_mutex_lock(&region_lock);
+  purge_note_huge(-(ptrdiff_t)huge_resident(h), 0);
+  pthread_mutex_unlock(&region_lock);
   h->magic = 0;
   huge_mark(base, map_size, 0, MAP_NONE);
   os_unmap((void *)base, map_size);
@@ -179,10 +190,17 @@ size_t huge_usable(const void *p, const char *who) {
   return h->base + h->map_size - h->user;
 }
 
+/* The purge budget counts a huge block's bytes in use: a resized block's change. */
+static void huge_note_resize(size_t old_resident, const huge_header_t *h) {
+  pthread_mutex_lock(&region_lock);
+  purge_note_huge((ptrdiff_t)huge_resident(h) - (ptrdiff_t)old_resident, 0);
+  pthread_mutex_unlock(&region_lock);
+}
+
 /* Grows or shrinks a huge block by remapping its pages, never by copying them. */
 void *huge_realloc(void *p, size_t n) {
   huge_header_t *h = huge_checked(p, "realloc");
-  size_t off = h->user - h->base;
+  size_t off = h->user - h->base, old_resident = huge_resident(h);
   if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {
     errno = ENOMEM;
     return NULL;
@@ -191,6 +209,7 @@ void *huge_realloc(void *p, size_t n) {
   uintptr_t base = h->base, old_size = h->map_size;
   if (new_size == old_size) {
     h->size = n;
+    huge_note_resize(old_resident, h);
     return p;
   }
   if (new_size < old_size) {
@@ -198,6 +217,7 @@ void *huge_realloc(void *p, size_t n) {
     os_unmap((void *)(base + new_size), old_size - new_size);
     h->map_size = new_size;
     h->size = n;
+    huge_note_resize(old_resident, h);
     atomic_fetch_sub_explicit(&huge_mapped_bytes, old_size - new_size, memory_order_relaxed);
     return p;
   }
@@ -223,6 +243,7 @@ void *huge_realloc(void *p, size_t n) {
   nh->map_size = new_size;
   nh->size = n;
   huge_mark(nb, new_size, nb + off, MAP_HUGE_TAIL);
+  huge_note_resize(old_resident, nh);
   atomic_fetch_add_explicit(&huge_mapped_bytes, new_size - old_size, memory_order_relaxed);
   return (void *)(nb + off);
 }

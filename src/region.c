@@ -27,11 +27,48 @@ static size_t empty_regions;   /* regions with every unit free */
 static uint64_t next_purge_ms; /* earliest time a purge pass can find work */
 static size_t dirty_units;     /* free units of all regions that may be resident */
 static size_t used_units;      /* units in spans */
+static size_t huge_used;       /* bytes of live huge mappings (large.c) */
+static size_t huge_kept;       /* bytes of freed huge blocks kept resident (large.c) */
 
-/* Free memory kept resident for reuse is bounded: beyond 8 MiB plus an eighth of the
- * memory in use, a freed span is purged at once instead of after the delay. */
-static bool over_dirty_budget(void) {
-  return dirty_units * UNIT_SIZE > ((size_t)8 << 20) + used_units * UNIT_SIZE / 8;
+/* The highest use of the current and of the previous window of PEAK_WINDOW_MS. */
+#define PEAK_WINDOW_MS 1000
+static size_t peak_now, peak_before;
+static uint64_t peak_window_ms;
+
+static size_t in_use_bytes(void) { return used_units * UNIT_SIZE + huge_used; }
+
+static void note_peak(void) {
+  size_t used = in_use_bytes();
+  if (used > peak_now) peak_now = used;
+}
+
+static void peak_window_tick(uint64_t now_ms) {
+  if (now_ms - peak_window_ms < PEAK_WINDOW_MS) return;
+  peak_before = peak_now;
+  peak_now = in_use_bytes();
+  peak_window_ms = now_ms;
+}
+
+/* Free memory kept resident for reuse (until the purge delay) is bounded so that the
+ * footprint, in use plus kept, stays under the recent peak of use: memory freed below
+ * the peak is kept, because the peak is likely to come back. Besides, 8 MiB plus an
+ * eighth of the memory in use may always be kept. Beyond that a freed span is purged
+ * at once instead of after the delay. */
+static size_t dirty_budget(void) {
+  size_t used = in_use_bytes(), peak = peak_now > peak_before ? peak_now : peak_before;
+  return (peak > used ? peak - used : 0) + ((size_t)8 << 20) + used / 8;
+}
+
+static bool over_dirty_budget(void) { return dirty_units * UNIT_SIZE + huge_kept > dirty_budget(); }
+
+static uint32_t clock_ms; /* the latest time seen, for the age of free units */
+static void purge_to_budget(void);
+
+void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept) {
+  huge_used += (size_t)in_use;
+  huge_kept += (size_t)kept;
+  note_peak();
+  if (in_use > 0 && hak_opt.purge_delay_ms > 0) purge_to_budget();
 }
 
 static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
@@ -165,6 +202,63 @@ static void region_destroy(hak_region_t *r) {
   atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
 }
 
+/* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
+ * free pages; before that it is kept, like any free memory, for reuse. */
+static bool region_release_if_spare(hak_region_t *r) {
+  if (r->free_units != REGION_MAX_SPAN_UNITS || r->dirty_free_units != 0 ||
+      empty_regions <= (size_t)hak_opt.region_cache)
+    return false;
+  region_destroy(r);
+  return true;
+}
+
+static void purge_units(hak_region_t *r, size_t from, size_t n) {
+  os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
+  bits_set_range(r->dirty_bits, from, n, false);
+  r->dirty_free_units -= (uint32_t)n;
+  dirty_units -= n;
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
+}
+
+/* Over the budget, the free memory freed longest ago goes first: each step purges the
+ * run of resident free units that holds the oldest unit. It goes a sixteenth below the
+ * budget, so that the next frees need no scan. */
+static void purge_to_budget(void) {
+  if (!over_dirty_budget()) return;
+  size_t budget = dirty_budget(), target = budget - budget / 16;
+  while (dirty_units * UNIT_SIZE + huge_kept > target) {
+    hak_region_t *oldest = NULL;
+    size_t at = 0;
+    uint32_t age = 0;
+    for (hak_region_t *r = regions; r != NULL; r = r->next) {
+      if (r->dirty_free_units == 0) continue;
+      for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+        for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+          size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+          uint32_t a = clock_ms - r->freed_ms[u];
+          if (oldest == NULL || a > age) {
+            oldest = r;
+            at = u;
+            age = a;
+          }
+        }
+      }
+    }
+    if (oldest == NULL) return;
+    size_t from = at, to = at + 1;
+    while (bit_get(oldest->free_bits, from - 1) && bit_get(oldest->dirty_bits, from - 1)) from--;
+    while (to < UNITS_PER_REGION && bit_get(oldest->free_bits, to) && bit_get(oldest->dirty_bits, to))
+      to++;
+    purge_units(oldest, from, to - from);
+    region_release_if_spare(oldest);
+  }
+}
+
+static void purge_schedule(uint64_t due_ms) {
+  if (next_purge_ms == 0 || due_ms < next_purge_ms) next_purge_ms = due_ms;
+}
+
 hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
   span_place_t place = find_place(units);
   hak_region_t *r = place.region;
@@ -189,6 +283,9 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
   bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
   r->free_units -= (uint32_t)units;
   used_units += units;
+  note_peak();
+  /* New pages were touched while older free ones stay resident: keep within budget. */
+  if (place.dirty < units && hak_opt.purge_delay_ms > 0) purge_to_budget();
   hak_slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
@@ -196,15 +293,6 @@ hak_slab_t *region_alloc_span(size_t units, bool *zeroed) {
   for (size_t u = first; u < first + units; u++) r->unit_map[u] = s;
   *zeroed = clean;
   return s;
-}
-
-static void purge_units(hak_region_t *r, size_t from, size_t n) {
-  os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
-  bits_set_range(r->dirty_bits, from, n, false);
-  r->dirty_free_units -= (uint32_t)n;
-  dirty_units -= n;
-  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
 }
 
 void region_free_span(hak_slab_t *s, uint64_t now_ms) {
@@ -220,16 +308,16 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   r->dirty_free_units += (uint32_t)units;
   dirty_units += units;
   used_units -= units;
-  if (hak_opt.purge_delay_ms == 0 || (hak_opt.purge_delay_ms > 0 && over_dirty_budget())) {
-    purge_units(r, first, units);
-  } else if (hak_opt.purge_delay_ms > 0) {
-    uint64_t due = now_ms + (uint64_t)hak_opt.purge_delay_ms;
-    if (next_purge_ms == 0 || due < next_purge_ms) next_purge_ms = due;
-  }
-  if (r->free_units == REGION_MAX_SPAN_UNITS) {
-    empty_regions++;
-    /* Keep a few empty regions for reuse; give the rest back at once. */
-    if (empty_regions > (size_t)hak_opt.region_cache) region_destroy(r);
+  clock_ms = (uint32_t)now_ms;
+  peak_window_tick(now_ms);
+  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+  if (hak_opt.purge_delay_ms == 0) purge_units(r, first, units);
+  /* Keep a few empty regions for reuse; give the rest back once their pages are purged
+   * (at once if they are, or by the purge pass or the budget). */
+  region_release_if_spare(r);
+  if (hak_opt.purge_delay_ms > 0) {
+    purge_schedule(now_ms + (uint64_t)hak_opt.purge_delay_ms);
+    purge_to_budget();
   }
 }
 
@@ -238,6 +326,7 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
   if (delay_ms > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) return 0;
   size_t purged = 0;
   uint64_t next_due = 0;
+  clock_ms = (uint32_t)now_ms;
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
@@ -264,9 +353,11 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
       purged += run * UNIT_SIZE;
       u += run;
     }
+    region_release_if_spare(r);
     r = next;
   }
   next_purge_ms = next_due;
+  peak_window_tick(now_ms);
   return purged;
 }
 
@@ -289,6 +380,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);
   used_units += want_end - end;
+  note_peak();
   s->units = (uint16_t)new_units;
   return new_units;
 }
