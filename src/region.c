@@ -64,6 +64,10 @@ static bool over_dirty_budget(void) { return dirty_units * UNIT_SIZE + huge_kept
 static uint32_t clock_ms; /* the latest time seen, for the age of free units */
 static void purge_to_budget(void);
 
+bool purge_budget_allows(size_t bytes) {
+  return dirty_units * UNIT_SIZE + huge_kept + bytes <= dirty_budget();
+}
+
 void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept) {
   huge_used += (size_t)in_use;
   huge_kept += (size_t)kept;
@@ -222,8 +226,8 @@ static void purge_units(hak_region_t *r, size_t from, size_t n) {
 }
 
 /* Over the budget, the free memory freed longest ago goes first: each step purges the
- * run of resident free units that holds the oldest unit. It goes a sixteenth below the
- * budget, so that the next frees need no scan. */
+ * run of resident free units that holds the oldest unit, or the oldest kept huge block.
+ * It goes a sixteenth below the budget, so that the next frees need no scan. */
 static void purge_to_budget(void) {
   if (!over_dirty_budget()) return;
   size_t budget = dirty_budget(), target = budget - budget / 16;
@@ -245,6 +249,11 @@ static void purge_to_budget(void) {
         }
       }
     }
+    uint32_t huge_freed;
+    if (huge_oldest(&huge_freed) && (oldest == NULL || clock_ms - huge_freed >= age)) {
+      huge_purge_oldest();
+      continue;
+    }
     if (oldest == NULL) return;
     size_t from = at, to = at + 1;
     while (bit_get(oldest->free_bits, from - 1) && bit_get(oldest->dirty_bits, from - 1)) from--;
@@ -255,7 +264,7 @@ static void purge_to_budget(void) {
   }
 }
 
-static void purge_schedule(uint64_t due_ms) {
+void purge_schedule(uint64_t due_ms) {
   if (next_purge_ms == 0 || due_ms < next_purge_ms) next_purge_ms = due_ms;
 }
 
@@ -356,6 +365,7 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
     region_release_if_spare(r);
     r = next;
   }
+  purged += huge_purge(now_ms, delay_ms, &next_due);
   next_purge_ms = next_due;
   peak_window_tick(now_ms);
   return purged;
