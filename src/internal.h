@@ -166,7 +166,7 @@ void *huge_realloc(void *p, size_t n);
 /* Unmaps kept huge blocks freed delay_ms ago or more; earlier ones lower *next_due. */
 size_t huge_purge(uint64_t now_ms, long delay_ms, uint64_t *next_due);
 bool huge_oldest(uint32_t *freed_ms); /* is a huge block kept? when the oldest was freed */
-void huge_purge_oldest(void);
+void huge_purge_oldest(size_t bytes); /* at least `bytes` of the oldest, or all of it */
 extern _Atomic size_t huge_mapped_bytes;
 
 /* ---- secure.c: the hardened build's checks ------------------------------------- */

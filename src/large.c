@@ -187,9 +187,20 @@ bool huge_oldest(uint32_t *freed_ms) {
   return true;
 }
 
-void huge_purge_oldest(void) {
-  huge_kept_t k = huge_kept_take(0);
-  huge_unmap(k.base, k.map_size);
+void huge_purge_oldest(size_t bytes) {
+  huge_kept_t *k = &huge_kept[0];
+  size_t page = os_page_size(), cut = round_up(bytes, page);
+  if (cut + page >= k->resident) { /* all of it (but the header page is left anyway) */
+    huge_kept_t whole = huge_kept_take(0);
+    huge_unmap(whole.base, whole.map_size);
+    return;
+  }
+  /* Only the end: the block keeps its first pages for the next taker. */
+  k->resident -= cut;
+  os_purge((void *)(k->base + k->resident), cut);
+  purge_note_huge(0, -(ptrdiff_t)cut);
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, cut, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, cut, memory_order_relaxed);
 }
 
 void *huge_alloc(size_t n, size_t align, bool zero) {

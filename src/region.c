@@ -225,13 +225,15 @@ static void purge_units(hak_region_t *r, size_t from, size_t n) {
   atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
 }
 
-/* Over the budget, the free memory freed longest ago goes first: each step purges the
- * run of resident free units that holds the oldest unit, or the oldest kept huge block.
- * It goes a sixteenth below the budget, so that the next frees need no scan. */
+/* Over the budget, the free memory freed longest ago goes first: each step purges what
+ * is still too much from the oldest resident free unit and its resident free
+ * neighbours, or from the oldest kept huge block. It goes a sixteenth below the budget,
+ * so that the next frees need no scan. */
 static void purge_to_budget(void) {
   if (!over_dirty_budget()) return;
   size_t budget = dirty_budget(), target = budget - budget / 16;
   while (dirty_units * UNIT_SIZE + huge_kept > target) {
+    size_t excess = dirty_units * UNIT_SIZE + huge_kept - target;
     hak_region_t *oldest = NULL;
     size_t at = 0;
     uint32_t age = 0;
@@ -251,14 +253,17 @@ static void purge_to_budget(void) {
     }
     uint32_t huge_freed;
     if (huge_oldest(&huge_freed) && (oldest == NULL || clock_ms - huge_freed >= age)) {
-      huge_purge_oldest();
+      huge_purge_oldest(excess);
       continue;
     }
     if (oldest == NULL) return;
-    size_t from = at, to = at + 1;
-    while (bit_get(oldest->free_bits, from - 1) && bit_get(oldest->dirty_bits, from - 1)) from--;
-    while (to < UNITS_PER_REGION && bit_get(oldest->free_bits, to) && bit_get(oldest->dirty_bits, to))
+    size_t need = (excess + UNIT_SIZE - 1) >> UNIT_SHIFT, from = at, to = at + 1;
+    while (to - from < need && to < UNITS_PER_REGION && bit_get(oldest->free_bits, to) &&
+           bit_get(oldest->dirty_bits, to))
       to++;
+    while (to - from < need && bit_get(oldest->free_bits, from - 1) &&
+           bit_get(oldest->dirty_bits, from - 1))
+      from--;
     purge_units(oldest, from, to - from);
     region_release_if_spare(oldest);
   }
