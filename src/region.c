@@ -335,6 +335,17 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   }
 }
 
+/* Were all of r's resident free units freed delay_ms ago or more? */
+static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms) {
+  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+    for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+      size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+      if ((uint32_t)now_ms - r->freed_ms[u] < (uint32_t)delay_ms) return false;
+    }
+  }
+  return true;
+}
+
 size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
   if (delay_ms < 0) return 0;
   if (delay_ms > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) return 0;
@@ -344,7 +355,11 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
-    if (release_regions && r->free_units == REGION_MAX_SPAN_UNITS) {
+    /* An empty region that is not kept goes at once when its pages are due: munmap
+     * frees them, a purge first would only walk them twice. */
+    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    if (empty && (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
+                                      region_all_due(r, now_ms, delay_ms)))) {
       purged += (size_t)r->dirty_free_units * UNIT_SIZE;
       region_destroy(r);
       r = next;
