@@ -84,6 +84,12 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms);
  * Returns the bytes given back. */
 size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions);
 size_t region_grow_span(hak_slab_t *s, size_t new_units); /* in place, or 0 */
+/* The purge budget also covers huge blocks (caller holds region_lock): their bytes in
+ * use and the freed ones kept; whether `bytes` more free memory may stay resident; and
+ * a time by which the purge pass must run. */
+void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept);
+bool purge_budget_allows(size_t bytes);
+void purge_schedule(uint64_t due_ms);
 void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 
 /* ---- slab.c -------------------------------------------------------------------- */
@@ -164,10 +170,14 @@ void *large_alloc(size_t n, size_t align, bool zero);
 void large_free(hak_slab_t *s, void *p);
 size_t large_usable(const hak_slab_t *s, const void *p);
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */
-void *huge_alloc(size_t n, size_t align);
+void *huge_alloc(size_t n, size_t align, bool zero);
 void huge_free(void *p, const char *who);
 size_t huge_usable(const void *p, const char *who);
 void *huge_realloc(void *p, size_t n);
+/* Unmaps kept huge blocks freed delay_ms ago or more; earlier ones lower *next_due. */
+size_t huge_purge(uint64_t now_ms, long delay_ms, uint64_t *next_due);
+bool huge_oldest(uint32_t *freed_ms); /* is a huge block kept? when the oldest was freed */
+void huge_purge_oldest(size_t bytes); /* at least `bytes` of the oldest, or all of it */
 extern _Atomic size_t huge_mapped_bytes;
 
 /* ---- secure.c: the hardened build's checks ------------------------------------- */

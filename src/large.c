@@ -20,8 +20,7 @@ void *large_alloc(size_t n, size_t align, bool zero) {
     slack = (align > page ? align : page) + page;
   }
   if (n > LARGE_MAX || n + slack > LARGE_MAX) {
-    void *p = huge_alloc(n, align);
-    return p; /* huge mappings are fresh, hence zero */
+    return huge_alloc(n, align, zero);
   }
   /* At least one byte past the aligned start must be inside the span. */
   size_t units = round_up((n ? n : 1) + slack, UNIT_SIZE) >> UNIT_SHIFT;
@@ -119,10 +118,32 @@ typedef struct huge_header {
 
 _Atomic size_t huge_mapped_bytes;
 
+/* Freed huge blocks in mappings of up to HUGE_KEEP_MAX are kept, like free spans, for
+ * the purge delay and within the purge budget, so that a program that frees and
+ * allocates big blocks does not fault every page in again: the next huge block that
+ * needs a mapping of the same size takes one. Bigger ones are unmapped at free. The
+ * list is under region_lock. */
+#define HUGE_KEEP_SLOTS 4
+#define HUGE_KEEP_MAX ((size_t)2 * REGION_SIZE)
+#define HUGE_FREED_MAGIC 0x68616b6d656d4846ull /* "hakmemHF": kept after free */
+typedef struct huge_kept {
+  uintptr_t base;
+  size_t map_size;
+  size_t resident; /* the bytes the block could have touched */
+  uint64_t freed_ms;
+} huge_kept_t;
+static huge_kept_t huge_kept[HUGE_KEEP_SLOTS]; /* oldest first */
+static uint32_t huge_kept_count;
+
 /* The header sits at the start of the region-sized chunk holding the byte before the
  * user pointer; it is always inside the mapping, whatever the alignment. */
 static huge_header_t *huge_header_of(uintptr_t p) {
   return (huge_header_t *)((p - 1) & ~(uintptr_t)REGION_MASK);
+}
+
+/* The bytes a huge block can have touched, as the purge budget counts them. */
+static size_t huge_resident(const huge_header_t *h) {
+  return round_up(h->user - h->base + h->size, os_page_size());
 }
 
 static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t kind_tail) {
@@ -131,7 +152,61 @@ static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t k
   if (kind_tail != MAP_NONE) region_map[user >> REGION_SHIFT] = MAP_HUGE;
 }
 
-void *huge_alloc(size_t n, size_t align) {
+static void huge_unmap(uintptr_t base, size_t map_size) {
+  huge_mark(base, map_size, 0, MAP_NONE);
+  os_unmap((void *)base, map_size);
+  atomic_fetch_add_explicit(&hak_gstats.released_bytes, map_size, memory_order_relaxed);
+}
+
+/* Slot i leaves the list; the caller now owns its mapping. Caller holds region_lock. */
+static huge_kept_t huge_kept_take(uint32_t i) {
+  huge_kept_t k = huge_kept[i];
+  for (uint32_t j = i + 1; j < huge_kept_count; j++) huge_kept[j - 1] = huge_kept[j];
+  huge_kept_count--;
+  purge_note_huge(0, -(ptrdiff_t)k.resident);
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, k.resident, memory_order_relaxed);
+  return k;
+}
+
+size_t huge_purge(uint64_t now_ms, long delay_ms, uint64_t *next_due) {
+  size_t purged = 0;
+  for (uint32_t i = 0; i < huge_kept_count;) {
+    uint64_t due = huge_kept[i].freed_ms + (uint64_t)delay_ms;
+    if (now_ms < due) {
+      if (*next_due == 0 || due < *next_due) *next_due = due;
+      i++;
+      continue;
+    }
+    huge_kept_t k = huge_kept_take(i);
+    huge_unmap(k.base, k.map_size);
+    purged += k.resident;
+  }
+  return purged;
+}
+
+bool huge_oldest(uint32_t *freed_ms) {
+  if (huge_kept_count == 0) return false;
+  *freed_ms = (uint32_t)huge_kept[0].freed_ms;
+  return true;
+}
+
+void huge_purge_oldest(size_t bytes) {
+  huge_kept_t *k = &huge_kept[0];
+  size_t page = os_page_size(), cut = round_up(bytes, page);
+  if (cut + page >= k->resident) { /* all of it (but the header page is left anyway) */
+    huge_kept_t whole = huge_kept_take(0);
+    huge_unmap(whole.base, whole.map_size);
+    return;
+  }
+  /* Only the end: the block keeps its first pages for the next taker. */
+  k->resident -= cut;
+  os_purge((void *)(k->base + k->resident), cut);
+  purge_note_huge(0, -(ptrdiff_t)cut);
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, cut, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, cut, memory_order_relaxed);
+}
+
+void *huge_alloc(size_t n, size_t align, bool zero) {
   if (align < 16) align = 16;
   size_t off = round_up(HUGE_HEADER, align);
   if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {
@@ -140,7 +215,20 @@ void *huge_alloc(size_t n, size_t align) {
   }
   /* Whole chunks, so no foreign mapping ever shares one with a huge block. */
   size_t map_size = round_up(off + n, REGION_SIZE);
-  uintptr_t base = (uintptr_t)os_map_aligned(map_size, REGION_SIZE);
+  uintptr_t base = 0;
+  bool fresh = true;
+  if (map_size <= HUGE_KEEP_MAX) {
+    pthread_mutex_lock(&region_lock);
+    for (uint32_t i = huge_kept_count; i-- > 0;) { /* the newest first */
+      if (huge_kept[i].map_size == map_size) {
+        base = huge_kept_take(i).base;
+        fresh = false;
+        break;
+      }
+    }
+    pthread_mutex_unlock(&region_lock);
+  }
+  if (fresh) base = (uintptr_t)os_map_aligned(map_size, REGION_SIZE);
   if (base == 0 || ((base + map_size - 1) >> ADDRESS_BITS) != 0) {
     if (base) os_unmap((void *)base, map_size);
     errno = ENOMEM;
@@ -154,14 +242,19 @@ void *huge_alloc(size_t n, size_t align) {
   h->map_size = map_size;
   h->size = n;
   huge_mark(base, map_size, user, MAP_HUGE_TAIL);
+  pthread_mutex_lock(&region_lock);
+  purge_note_huge((ptrdiff_t)huge_resident(h), 0);
+  pthread_mutex_unlock(&region_lock);
   atomic_fetch_add_explicit(&huge_mapped_bytes, map_size, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.huge_allocs, 1, memory_order_relaxed);
   stats_note_in_use();
+  if (zero && !fresh) memset((void *)user, 0, n); /* fresh mappings are zero */
   return (void *)user;
 }
 
 static huge_header_t *huge_checked(const void *p, const char *who) {
   huge_header_t *h = huge_header_of((uintptr_t)p);
+  if (h->magic == HUGE_FREED_MAGIC && h->user == (uintptr_t)p) hak_fatal_pointer("double free", who, p);
   if (h->magic != HUGE_MAGIC || h->user != (uintptr_t)p) hak_fatal_pointer("invalid pointer", who, p);
   return h;
 }
@@ -169,12 +262,29 @@ static huge_header_t *huge_checked(const void *p, const char *who) {
 void huge_free(void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
   uintptr_t base = h->base;
-  size_t map_size = h->map_size;
-  h->magic = 0;
-  huge_mark(base, map_size, 0, MAP_NONE);
-  os_unmap((void *)base, map_size);
+  size_t map_size = h->map_size, resident = huge_resident(h);
+  uint64_t now = os_now_ms();
+  long delay = hak_opt.purge_delay_ms;
+  huge_kept_t evicted = {0, 0, 0, 0};
+  bool keep = false;
   atomic_fetch_sub_explicit(&huge_mapped_bytes, map_size, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.released_bytes, map_size, memory_order_relaxed);
+  pthread_mutex_lock(&region_lock);
+  purge_note_huge(-(ptrdiff_t)resident, 0);
+  if (delay != 0 && map_size <= HUGE_KEEP_MAX && (delay < 0 || purge_budget_allows(resident))) {
+    keep = true;
+    h->magic = HUGE_FREED_MAGIC; /* still mapped: a second free says "double free" */
+    if (huge_kept_count == HUGE_KEEP_SLOTS) evicted = huge_kept_take(0);
+    huge_kept[huge_kept_count++] = (huge_kept_t){base, map_size, resident, now};
+    purge_note_huge(0, (ptrdiff_t)resident);
+    atomic_fetch_add_explicit(&hak_gstats.committed_est, resident, memory_order_relaxed);
+    if (delay > 0) purge_schedule(now + (uint64_t)delay);
+  }
+  pthread_mutex_unlock(&region_lock);
+  if (evicted.map_size) huge_unmap(evicted.base, evicted.map_size);
+  if (!keep) {
+    h->magic = 0;
+    huge_unmap(base, map_size);
+  }
 }
 
 size_t huge_usable(const void *p, const char *who) {
@@ -182,10 +292,17 @@ size_t huge_usable(const void *p, const char *who) {
   return h->base + h->map_size - h->user;
 }
 
+/* The purge budget counts a huge block's bytes in use: a resized block's change. */
+static void huge_note_resize(size_t old_resident, const huge_header_t *h) {
+  pthread_mutex_lock(&region_lock);
+  purge_note_huge((ptrdiff_t)huge_resident(h) - (ptrdiff_t)old_resident, 0);
+  pthread_mutex_unlock(&region_lock);
+}
+
 /* Grows or shrinks a huge block by remapping its pages, never by copying them. */
 void *huge_realloc(void *p, size_t n) {
   huge_header_t *h = huge_checked(p, "realloc");
-  size_t off = h->user - h->base;
+  size_t off = h->user - h->base, old_resident = huge_resident(h);
   if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {
     errno = ENOMEM;
     return NULL;
@@ -194,6 +311,7 @@ void *huge_realloc(void *p, size_t n) {
   uintptr_t base = h->base, old_size = h->map_size;
   if (new_size == old_size) {
     h->size = n;
+    huge_note_resize(old_resident, h);
     return p;
   }
   if (new_size < old_size) {
@@ -201,6 +319,7 @@ void *huge_realloc(void *p, size_t n) {
     os_unmap((void *)(base + new_size), old_size - new_size);
     h->map_size = new_size;
     h->size = n;
+    huge_note_resize(old_resident, h);
     atomic_fetch_sub_explicit(&huge_mapped_bytes, old_size - new_size, memory_order_relaxed);
     return p;
   }
@@ -226,6 +345,7 @@ void *huge_realloc(void *p, size_t n) {
   nh->map_size = new_size;
   nh->size = n;
   huge_mark(nb, new_size, nb + off, MAP_HUGE_TAIL);
+  huge_note_resize(old_resident, nh);
   atomic_fetch_add_explicit(&huge_mapped_bytes, new_size - old_size, memory_order_relaxed);
   return (void *)(nb + off);
 }

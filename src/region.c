@@ -27,11 +27,52 @@ static size_t empty_regions;   /* regions with every unit free */
 static uint64_t next_purge_ms; /* earliest time a purge pass can find work */
 static size_t dirty_units;     /* free units of all regions that may be resident */
 static size_t used_units;      /* units in spans */
+static size_t huge_used;       /* bytes of live huge mappings (large.c) */
+static size_t huge_kept;       /* bytes of freed huge blocks kept resident (large.c) */
 
-/* Free memory kept resident for reuse is bounded: beyond 8 MiB plus an eighth of the
- * memory in use, a freed span is purged at once instead of after the delay. */
-static bool over_dirty_budget(void) {
-  return dirty_units * UNIT_SIZE > ((size_t)8 << 20) + used_units * UNIT_SIZE / 8;
+/* The highest use of the current and of the previous window of PEAK_WINDOW_MS. */
+#define PEAK_WINDOW_MS 1000
+static size_t peak_now, peak_before;
+static uint64_t peak_window_ms;
+
+static size_t in_use_bytes(void) { return used_units * UNIT_SIZE + huge_used; }
+
+static void note_peak(void) {
+  size_t used = in_use_bytes();
+  if (used > peak_now) peak_now = used;
+}
+
+static void peak_window_tick(uint64_t now_ms) {
+  if (now_ms - peak_window_ms < PEAK_WINDOW_MS) return;
+  peak_before = peak_now;
+  peak_now = in_use_bytes();
+  peak_window_ms = now_ms;
+}
+
+/* Free memory kept resident for reuse (until the purge delay) is bounded so that the
+ * footprint, in use plus kept, stays under the recent peak of use: memory freed below
+ * the peak is kept, because the peak is likely to come back. Besides, 8 MiB plus an
+ * eighth of the memory in use may always be kept. Beyond that a freed span is purged
+ * at once instead of after the delay. */
+static size_t dirty_budget(void) {
+  size_t used = in_use_bytes(), peak = peak_now > peak_before ? peak_now : peak_before;
+  return (peak > used ? peak - used : 0) + ((size_t)8 << 20) + used / 8;
+}
+
+static bool over_dirty_budget(void) { return dirty_units * UNIT_SIZE + huge_kept > dirty_budget(); }
+
+static uint32_t clock_ms; /* the latest time seen, for the age of free units */
+static void purge_to_budget(void);
+
+bool purge_budget_allows(size_t bytes) {
+  return dirty_units * UNIT_SIZE + huge_kept + bytes <= dirty_budget();
+}
+
+void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept) {
+  huge_used += (size_t)in_use;
+  huge_kept += (size_t)kept;
+  note_peak();
+  if (in_use > 0 && hak_opt.purge_delay_ms > 0) purge_to_budget();
 }
 
 static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
@@ -44,23 +85,86 @@ static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
   }
 }
 
-/* First run of n free units, or 0 (header units are never free). With `dirty`, only
- * units that may still be resident count, so reuse comes before first touch. */
-static size_t find_free_run(const hak_region_t *r, size_t n, bool dirty) {
-  size_t run = 0;
-  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
-    uint64_t word = r->free_bits[w] & (dirty ? r->dirty_bits[w] : ~(uint64_t)0);
-    if (word == 0) { run = 0; continue; }
-    if (word == ~(uint64_t)0 && run + 64 < n) { run += 64; continue; }
-    for (size_t b = 0; b < 64; b++) {
-      if ((word >> b) & 1) {
-        if (++run == n) return w * 64 + b + 1 - n;
-      } else {
-        run = 0;
+/* The first index >= from whose bit is `value`, or UNITS_PER_REGION. */
+static size_t next_bit(const uint64_t *bits, size_t from, bool value) {
+  for (size_t w = from >> 6; w < UNITS_PER_REGION / 64; w++) {
+    uint64_t word = value ? bits[w] : ~bits[w];
+    if (w == from >> 6) word &= ~(uint64_t)0 << (from & 63);
+    if (word) return w * 64 + (size_t)__builtin_ctzll(word);
+  }
+  return UNITS_PER_REGION;
+}
+
+static size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
+  size_t count = 0;
+  for (size_t i = from; i < from + n;) {
+    size_t w = i >> 6, lo = i & 63, take = 64 - lo < from + n - i ? 64 - lo : from + n - i;
+    uint64_t mask = take == 64 ? ~(uint64_t)0 : (((uint64_t)1 << take) - 1) << lo;
+    count += (size_t)__builtin_popcountll(bits[w] & mask);
+    i += take;
+  }
+  return count;
+}
+
+/* Where a span of n units goes: the place whose units hold the most resident pages
+ * (reused memory faults no page in), then the shortest free run (best fit keeps long
+ * runs for big spans). Within its run a span sits at one end, so that what is left stays
+ * in one piece, unless the run's resident units lie between. A slab-sized span takes
+ * the first place that is all resident; a bigger one looks on for an exact fit. */
+#define SMALL_SPAN_UNITS 16
+typedef struct span_place {
+  hak_region_t *region;
+  size_t first, dirty, run;
+} span_place_t;
+
+static bool place_is_final(const span_place_t *p, size_t n) {
+  return p->region != NULL && p->dirty == n && (p->run == n || n <= SMALL_SPAN_UNITS);
+}
+
+static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
+  for (size_t a = next_bit(r->free_bits, 1, true); a < UNITS_PER_REGION;) {
+    size_t b = next_bit(r->free_bits, a, false), run = b - a;
+    if (run >= n) {
+      size_t in_run = r->dirty_free_units ? count_bits(r->dirty_bits, a, run) : 0;
+      size_t at = a, dirty = in_run ? count_bits(r->dirty_bits, a, n) : 0;
+      size_t end_dirty = in_run ? count_bits(r->dirty_bits, b - n, n) : 0;
+      if (end_dirty > dirty) {
+        at = b - n;
+        dirty = end_dirty;
+      }
+      if (dirty < n && in_run > dirty) { /* slide a window of n units along the run */
+        size_t d = count_bits(r->dirty_bits, a, n);
+        for (size_t p = a + 1; p + n <= b; p++) {
+          d += (size_t)bit_get(r->dirty_bits, p + n - 1);
+          d -= (size_t)bit_get(r->dirty_bits, p - 1);
+          if (d > dirty) {
+            dirty = d;
+            at = p;
+          }
+        }
+      }
+      if (best->region == NULL || dirty > best->dirty || (dirty == best->dirty && run < best->run)) {
+        *best = (span_place_t){r, at, dirty, run};
+        if (place_is_final(best, n)) return;
       }
     }
+    a = b < UNITS_PER_REGION ? next_bit(r->free_bits, b, true) : b;
   }
-  return 0;
+}
+
+static span_place_t find_place(size_t n) {
+  span_place_t best = {NULL, 0, 0, 0};
+  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+    if (r->free_units < n) continue;
+    /* A region with fewer resident free units cannot do better; for a slab, one with
+     * no more cannot either (it only matters that the place is resident). */
+    if (best.region != NULL && (r->dirty_free_units < best.dirty ||
+                                (n <= SMALL_SPAN_UNITS && r->dirty_free_units <= best.dirty)))
+      continue;
+    consider_region(r, n, &best);
+    if (place_is_final(&best, n)) break;
+  }
+  return best;
 }
 
 static hak_region_t *region_create(void) {
@@ -102,21 +206,78 @@ static void region_destroy(hak_region_t *r) {
   atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
 }
 
+/* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
+ * free pages; before that it is kept, like any free memory, for reuse. */
+static bool region_release_if_spare(hak_region_t *r) {
+  if (r->free_units != REGION_MAX_SPAN_UNITS || r->dirty_free_units != 0 ||
+      empty_regions <= (size_t)hak_opt.region_cache)
+    return false;
+  region_destroy(r);
+  return true;
+}
+
+static void purge_units(hak_region_t *r, size_t from, size_t n) {
+  os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
+  bits_set_range(r->dirty_bits, from, n, false);
+  memset(&r->touched_pages[from], 0, n);
+  r->dirty_free_units -= (uint32_t)n;
+  dirty_units -= n;
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
+}
+
+/* Over the budget, the free memory freed longest ago goes first: each step purges what
+ * is still too much from the oldest resident free unit and its resident free
+ * neighbours, or from the oldest kept huge block. It goes a sixteenth below the budget,
+ * so that the next frees need no scan. */
+static void purge_to_budget(void) {
+  if (!over_dirty_budget()) return;
+  size_t budget = dirty_budget(), target = budget - budget / 16;
+  while (dirty_units * UNIT_SIZE + huge_kept > target) {
+    size_t excess = dirty_units * UNIT_SIZE + huge_kept - target;
+    hak_region_t *oldest = NULL;
+    size_t at = 0;
+    uint32_t age = 0;
+    for (hak_region_t *r = regions; r != NULL; r = r->next) {
+      if (r->dirty_free_units == 0) continue;
+      for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+        for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+          size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+          uint32_t a = clock_ms - r->freed_ms[u];
+          if (oldest == NULL || a > age) {
+            oldest = r;
+            at = u;
+            age = a;
+          }
+        }
+      }
+    }
+    uint32_t huge_freed;
+    if (huge_oldest(&huge_freed) && (oldest == NULL || clock_ms - huge_freed >= age)) {
+      huge_purge_oldest(excess);
+      continue;
+    }
+    if (oldest == NULL) return;
+    size_t need = (excess + UNIT_SIZE - 1) >> UNIT_SHIFT, from = at, to = at + 1;
+    while (to - from < need && to < UNITS_PER_REGION && bit_get(oldest->free_bits, to) &&
+           bit_get(oldest->dirty_bits, to))
+      to++;
+    while (to - from < need && bit_get(oldest->free_bits, from - 1) &&
+           bit_get(oldest->dirty_bits, from - 1))
+      from--;
+    purge_units(oldest, from, to - from);
+    region_release_if_spare(oldest);
+  }
+}
+
+void purge_schedule(uint64_t due_ms) {
+  if (next_purge_ms == 0 || due_ms < next_purge_ms) next_purge_ms = due_ms;
+}
+
 hak_slab_t *region_alloc_span(size_t units) {
-  hak_region_t *r = NULL;
-  size_t first = 0;
-  /* Free units that are still resident first: taking a clean one while a dirty one
-   * waits for the purge would make both resident. */
-  if (dirty_units >= units) {
-    for (r = regions; r != NULL; r = r->next) {
-      if (r->dirty_free_units >= units && (first = find_free_run(r, units, true)) != 0) break;
-    }
-  }
-  if (r == NULL) {
-    for (r = regions; r != NULL; r = r->next) {
-      if (r->free_units >= units && (first = find_free_run(r, units, false)) != 0) break;
-    }
-  }
+  span_place_t place = find_place(units);
+  hak_region_t *r = place.region;
+  size_t first = place.first;
   if (r == NULL) {
     r = region_create();
     if (r == NULL) return NULL;
@@ -138,6 +299,9 @@ hak_slab_t *region_alloc_span(size_t units) {
   bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
   r->free_units -= (uint32_t)units;
   used_units += units;
+  note_peak();
+  /* New pages were touched while older free ones stay resident: keep within budget. */
+  if (place.dirty < units && hak_opt.purge_delay_ms > 0) purge_to_budget();
   hak_slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
@@ -145,16 +309,6 @@ hak_slab_t *region_alloc_span(size_t units) {
   s->touched = (uint32_t)touched;
   for (size_t u = first; u < first + units; u++) r->unit_map[u] = s;
   return s;
-}
-
-static void purge_units(hak_region_t *r, size_t from, size_t n) {
-  os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
-  bits_set_range(r->dirty_bits, from, n, false);
-  memset(&r->touched_pages[from], 0, n);
-  r->dirty_free_units -= (uint32_t)n;
-  dirty_units -= n;
-  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
 }
 
 void region_free_span(hak_slab_t *s, uint64_t now_ms) {
@@ -182,19 +336,28 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   r->dirty_free_units += (uint32_t)dirty;
   dirty_units += dirty;
   used_units -= units;
-  if (dirty == 0) {
-    /* nothing to purge */
-  } else if (hak_opt.purge_delay_ms == 0 || (hak_opt.purge_delay_ms > 0 && over_dirty_budget())) {
-    purge_units(r, first, dirty);
-  } else if (hak_opt.purge_delay_ms > 0) {
-    uint64_t due = now_ms + (uint64_t)hak_opt.purge_delay_ms;
-    if (next_purge_ms == 0 || due < next_purge_ms) next_purge_ms = due;
+  clock_ms = (uint32_t)now_ms;
+  peak_window_tick(now_ms);
+  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+  if (hak_opt.purge_delay_ms == 0 && dirty > 0) purge_units(r, first, dirty);
+  /* Keep a few empty regions for reuse; give the rest back once their pages are purged
+   * (at once if they are, or by the purge pass or the budget). */
+  region_release_if_spare(r);
+  if (hak_opt.purge_delay_ms > 0) {
+    purge_schedule(now_ms + (uint64_t)hak_opt.purge_delay_ms);
+    purge_to_budget();
   }
-  if (r->free_units == REGION_MAX_SPAN_UNITS) {
-    empty_regions++;
-    /* Keep a few empty regions for reuse; give the rest back at once. */
-    if (empty_regions > (size_t)hak_opt.region_cache) region_destroy(r);
+}
+
+/* Were all of r's resident free units freed delay_ms ago or more? */
+static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms) {
+  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+    for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+      size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+      if ((uint32_t)now_ms - r->freed_ms[u] < (uint32_t)delay_ms) return false;
+    }
   }
+  return true;
 }
 
 size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
@@ -202,10 +365,15 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
   if (delay_ms > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) return 0;
   size_t purged = 0;
   uint64_t next_due = 0;
+  clock_ms = (uint32_t)now_ms;
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
-    if (release_regions && r->free_units == REGION_MAX_SPAN_UNITS) {
+    /* An empty region that is not kept goes at once when its pages are due: munmap
+     * frees them, a purge first would only walk them twice. */
+    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    if (empty && (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
+                                      region_all_due(r, now_ms, delay_ms)))) {
       purged += (size_t)r->dirty_free_units * UNIT_SIZE;
       region_destroy(r);
       r = next;
@@ -228,9 +396,12 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
       purged += run * UNIT_SIZE;
       u += run;
     }
+    region_release_if_spare(r);
     r = next;
   }
+  purged += huge_purge(now_ms, delay_ms, &next_due);
   next_purge_ms = next_due;
+  peak_window_tick(now_ms);
   return purged;
 }
 
@@ -254,6 +425,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);
   used_units += want_end - end;
+  note_peak();
   s->units = (uint16_t)new_units;
   return new_units;
 }

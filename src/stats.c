@@ -96,8 +96,9 @@ void stats_print(FILE *f) {
       mib(t.small_in_use), mib(t.large_in_use),
       (unsigned long long)atomic_load(&hak_gstats.large_allocs), mib(t.huge_mapped),
       (unsigned long long)atomic_load(&hak_gstats.huge_allocs));
-  out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB\n",
-      mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released));
+  out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB (%.2f purged, %.2f unmapped)\n",
+      mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released),
+      mib(atomic_load(&hak_gstats.purged_bytes)), mib(atomic_load(&hak_gstats.released_bytes)));
   out(f, "  threads: %llu heaps created, %llu abandoned at exit; %llu slabs adopted\n",
       (unsigned long long)atomic_load(&hak_gstats.heaps_created),
       (unsigned long long)atomic_load(&hak_gstats.heaps_abandoned),
