@@ -374,40 +374,12 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
   return owner;
 }
 
-/* A free into a slab whose owner exited takes the slab over: the freeing thread is the
- * one that inherited the blocks (a successor, a consumer), and freeing the rest locally
- * beats handing each block to whichever heap adopts the slab later. Never waits for the
- * lock: when it is busy, the block takes the remote path as before. */
-static bool adopt_on_free(hak_heap_t *h, hak_slab_t *s) {
-  if (pthread_mutex_trylock(&region_lock) != 0) return false;
-  bool took = slab_owner(s) == OWNER_ABANDONED;
-  if (took) {
-    uint32_t c = s->class_idx;
-    queue_remove(&abandoned[c], s);
-    s->aux = 0;
-    slab_collect(s);
-    if (s->free != NULL || s->capacity < s->reserved) {
-      queue_push_back(&h->queue[c], s);
-      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
-      heap_head_changed(h, c);
-    } else {
-      queue_push_back(&h->full[c], s);
-      __atomic_store_n(&s->owner, (uintptr_t)h | SLAB_FULL, __ATOMIC_RELEASE);
-    }
-    atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
-  }
-  pthread_mutex_unlock(&region_lock);
-  return took;
-}
-
 void heap_free_slow(void *p, hak_slab_t *s) {
   uintptr_t owner = free_checked(p, s);
   if (owner == OWNER_LARGE) return;
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = free_tag_of((uintptr_t)p);
-  if (owner == OWNER_ABANDONED && h != &hak_heap_empty && adopt_on_free(h, s))
-    owner = slab_owner(s);
   bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   if (!mine) {
     b->free_tag = tag;
