@@ -72,6 +72,7 @@ hak_export void *hak_calloc(size_t count, size_t size) {
     return NULL;
   }
   if (total <= MID_MAX) {
+    if (HAKMEM_SECURE) return secure_calloc(total);
     void *p = fast_malloc(total);
     if (hak_likely(p != NULL)) memset(p, 0, total);
     return p;

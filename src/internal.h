@@ -187,6 +187,7 @@ void secure_init(void); /* after hak_list_key is set */
 size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
 void *secure_malloc_zero(void);
 void *secure_malloc(size_t n);
+void *secure_calloc(size_t n); /* n <= MID_MAX */
 size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 */
 void secure_quarantine_flush(hak_heap_t *h, bool check);
 void secure_guard_large(hak_slab_t *s, bool on);

@@ -17,10 +17,13 @@
  * always differ; they depend on the address mod 8 only, so one random word, made at
  * start-up, holds all eight. */
 static uint64_t canary_w;
+static bool use_avx2; /* per-byte work in 32-byte steps (secure_init) */
 
 void secure_init(void) {
   for (unsigned i = 0; i < 8; i++)
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
+  __builtin_cpu_init();
+  use_avx2 = __builtin_cpu_supports("avx2");
 }
 
 /* Unaligned words: the gap after a block's data starts anywhere. */
@@ -40,42 +43,125 @@ static inline uintptr_t *size_word(uintptr_t block, size_t S) { return (uintptr_
 static inline size_t size_decode(const uintptr_t *w) { return *w ^ hak_list_key ^ (uintptr_t)w; }
 static inline void size_encode(uintptr_t *w, size_t n) { *w = n ^ hak_list_key ^ (uintptr_t)w; }
 
+/* ---- per-byte work ------------------------------------------------------------- */
+/* Canary fills and checks and the zero check are written once, over 32-byte vectors, and
+ * compiled twice: for baseline x86-64 (GCC splits each vector into two SSE2 halves) and
+ * for AVX2. secure_init picks one; a flag in a plain branch, not a writable code
+ * pointer, selects it. Gaps of up to 32 bytes, the common case, stay inline. */
+typedef uint64_t hak_v4 __attribute__((vector_size(32)));
+
+hak_inline void v_load(hak_v4 *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
+hak_inline void v_store(uintptr_t a, const hak_v4 *v) { memcpy((void *)a, v, 32); }
+hak_inline bool v_zero(const hak_v4 *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
+
 /* [from, to) with `to` 8-aligned and at least 8 bytes (SECURE_TAIL sees to that): whole
- * words from `from`, the last one overlapping. */
-static inline void canary_fill(uintptr_t from, uintptr_t to) {
+ * words or vectors from `from`, the last one overlapping and ending at `to`, where the
+ * canary word is canary_w itself. */
+hak_inline void canary_fill_short(uintptr_t from, uintptr_t to) { /* to - from <= 32 */
   uint64_t w = canary_at(from);
-  for (uintptr_t a = from; a + 8 < to; a += 8) store64(a, w);
+  size_t len = to - from;
+  if (len > 8) store64(from, w);
+  if (len > 16) store64(from + 8, w);
+  if (len > 24) store64(from + 16, w);
   store64(to - 8, canary_w);
 }
-
-static inline bool canary_intact(uintptr_t from, uintptr_t to) {
+hak_inline bool canary_intact_short(uintptr_t from, uintptr_t to) {
   uint64_t w = canary_at(from), diff = load64(to - 8) ^ canary_w;
-  for (uintptr_t a = from; a + 8 < to; a += 8) diff |= load64(a) ^ w;
+  size_t len = to - from;
+  if (len > 8) diff |= load64(from) ^ w;
+  if (len > 16) diff |= load64(from + 8) ^ w;
+  if (len > 24) diff |= load64(from + 16) ^ w;
   return diff == 0;
 }
-
-/* Are the bytes in [from, to) all zero? Sixteen bytes a load, the last load overlapping. */
-typedef uint64_t hak_v2 __attribute__((vector_size(16)));
-static inline hak_v2 load128(uintptr_t a) {
-  hak_v2 v;
-  memcpy(&v, (const void *)a, 16);
-  return v;
+hak_inline void canary_fill_body(uintptr_t from, uintptr_t to) {
+  if (to - from <= 32) {
+    canary_fill_short(from, to);
+    return;
+  }
+  uint64_t w = canary_at(from);
+  hak_v4 v = {w, w, w, w}, last = {canary_w, canary_w, canary_w, canary_w};
+  for (uintptr_t a = from; a + 32 < to; a += 32) v_store(a, &v);
+  v_store(to - 32, &last);
 }
-static bool all_zero(uintptr_t from, uintptr_t to) {
-  if (to - from < 16) {
-    if (to - from >= 8) return (load64(from) | load64(to - 8)) == 0;
+hak_inline bool canary_intact_body(uintptr_t from, uintptr_t to) {
+  if (to - from <= 32) return canary_intact_short(from, to);
+  uint64_t w = canary_at(from);
+  hak_v4 v = {w, w, w, w}, diff, x;
+  v_load(&diff, to - 32);
+  diff ^= (hak_v4){canary_w, canary_w, canary_w, canary_w};
+  for (uintptr_t a = from; a + 32 < to; a += 32) {
+    v_load(&x, a);
+    diff |= x ^ v;
+  }
+  return v_zero(&diff);
+}
+
+/* Are the bytes in [from, to) all zero? Two vectors a step, the last load overlapping. */
+hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
+  size_t len = to - from;
+  if (len < 8) {
     uint64_t acc = 0;
     for (; from < to; from++) acc |= *(const uint8_t *)from;
     return acc == 0;
   }
-  hak_v2 a0 = load128(to - 16), a1 = {0, 0};
-  for (; from + 32 <= to; from += 32) {
-    a0 |= load128(from);
-    a1 |= load128(from + 16);
+  if (len < 32) {
+    uint64_t acc = load64(from) | load64(to - 8);
+    if (len > 16) acc |= load64(from + 8) | load64(to - 16);
+    return acc == 0;
   }
-  if (from + 16 <= to) a0 |= load128(from);
+  hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
+  v_load(&a0, to - 32);
+  for (; from + 64 <= to; from += 64) {
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    a0 |= x;
+    a1 |= y;
+  }
+  if (from + 32 <= to) {
+    v_load(&x, from);
+    a0 |= x;
+  }
   a0 |= a1;
-  return (a0[0] | a0[1]) == 0;
+  return v_zero(&a0);
+}
+
+/* Is the block at a, S bytes of which n were asked for, as free() left it: zero up to
+ * max(n, 16) but for its free tag (and, once released, its link), canaries after? */
+hak_inline bool still_clean_body(uintptr_t a, size_t S) {
+  size_t n = size_decode(size_word(a, S));
+  if (n > S - SECURE_TAIL) return false;
+  size_t zeroed = n < 16 ? 16 : n;
+  const uint64_t *w = (const uint64_t *)a;
+  return w[0] == 0 && w[1] == free_tag_of(a) && all_zero_body(a + 16, a + zeroed) &&
+         canary_intact_body(a + zeroed, a + S - 8);
+}
+
+hak_noinline static void canary_fill_base(uintptr_t from, uintptr_t to) { canary_fill_body(from, to); }
+hak_noinline static bool canary_intact_base(uintptr_t from, uintptr_t to) {
+  return canary_intact_body(from, to);
+}
+hak_noinline static bool still_clean_base(uintptr_t a, size_t S) { return still_clean_body(a, S); }
+hak_noinline __attribute__((target("avx2"))) static void canary_fill_avx2(uintptr_t from, uintptr_t to) {
+  canary_fill_body(from, to);
+}
+hak_noinline __attribute__((target("avx2"))) static bool canary_intact_avx2(uintptr_t from, uintptr_t to) {
+  return canary_intact_body(from, to);
+}
+hak_noinline __attribute__((target("avx2"))) static bool still_clean_avx2(uintptr_t a, size_t S) {
+  return still_clean_body(a, S);
+}
+
+static inline void canary_fill(uintptr_t from, uintptr_t to) {
+  if (hak_likely(to - from <= 32)) canary_fill_short(from, to);
+  else if (use_avx2) canary_fill_avx2(from, to);
+  else canary_fill_base(from, to);
+}
+static inline bool canary_intact(uintptr_t from, uintptr_t to) {
+  if (hak_likely(to - from <= 32)) return canary_intact_short(from, to);
+  return use_avx2 ? canary_intact_avx2(from, to) : canary_intact_base(from, to);
+}
+static inline bool still_clean(uintptr_t a, size_t S) {
+  return use_avx2 ? still_clean_avx2(a, S) : still_clean_base(a, S);
 }
 
 static inline void arm_block(uintptr_t a, size_t n, size_t S) {
@@ -141,14 +227,12 @@ static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
     hak_fatal_at("heap overflow detected", (void *)a);
 }
 
-/* Is the block at a, S bytes of which n were asked for, as free() left it? */
-static bool still_clean(uintptr_t a, size_t S) {
-  size_t n = size_decode(size_word(a, S));
-  if (n > S - SECURE_TAIL) return false;
-  size_t zeroed = n < 16 ? 16 : n;
-  const uint64_t *w = (const uint64_t *)a;
-  return w[0] == 0 && w[1] == free_tag_of(a) && all_zero(a + 16, a + zeroed) &&
-         canary_intact(a + zeroed, a + S - 8);
+/* A free block's size word also tells calloc what it need not clear: the quarantine's
+ * check has seen [16, n) zero. A block that skips the check says 0 instead. */
+static void release_unchecked(void *p, hak_slab_t *s) {
+  size_encode(size_word((uintptr_t)p, s->block_size), 0);
+  ((hak_block_t *)p)->free_tag = 0;
+  heap_free_slow(p, s);
 }
 
 /* check = false in a forked child for the other threads' heaps: a thread frozen in the
@@ -156,7 +240,11 @@ static bool still_clean(uintptr_t a, size_t S) {
 static void quarantine_release(void *p, bool check) {
   uintptr_t a = (uintptr_t)p;
   hak_slab_t *s = region_slab_of(a);
-  if (check && !still_clean(a, s->block_size)) hak_fatal_at("write after free detected", p);
+  if (!check) {
+    release_unchecked(p, s);
+    return;
+  }
+  if (!still_clean(a, s->block_size)) hak_fatal_at("write after free detected", p);
   ((hak_block_t *)p)->free_tag = 0;
   heap_free_slow(p, s);
 }
@@ -194,8 +282,7 @@ void secure_free(void *p) {
   memset(p, 0, n < 16 ? 16 : n);
   b->free_tag = tag;
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
-    b->free_tag = 0;
-    heap_free_slow(p, s);
+    release_unchecked(p, s);
     return;
   }
   uint32_t i = h->quarantine_next;
@@ -253,6 +340,27 @@ void *secure_malloc_zero(void) {
   void *p = (void *)next;
   next += 16;
   pthread_mutex_unlock(&region_lock);
+  return p;
+}
+
+/* calloc up to MID_MAX: a reused block is known zero in [16, n) for the n its size word
+ * held when it left the quarantine (0 for a new block), but for the purge mark heap.c
+ * may have put in its third word, so only the rest is cleared. */
+void *secure_calloc(size_t n) {
+  if (n == 0) return secure_malloc_zero();
+  void *p = fast_malloc_raw(n + SECURE_TAIL);
+  if (p == NULL) return NULL;
+  uintptr_t a = (uintptr_t)p;
+  hak_slab_t *s = region_slab_of(a);
+  if (slab_owner(s) == OWNER_LARGE) return memset(p, 0, n);
+  size_t S = s->block_size;
+  size_t known = size_decode(size_word(a, S));
+  if (known > S - SECURE_TAIL) known = 0;
+  /* The first three words may hold a link, a free tag and heap.c's purge mark. */
+  size_t from = known < 24 ? 24 : known;
+  memset(p, 0, 24);
+  if (n > from) memset((char *)p + from, 0, n - from);
+  arm_block(a, n, S);
   return p;
 }
 
