@@ -474,7 +474,6 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
  * blocks no longer hold a slab's worth of memory. The mark in the third word saves
  * purging a block twice; a block handed out and freed again that kept its third word
  * unwritten is simply skipped. */
-#define PURGED_MARK 0x5075726765644dull
 static void heap_purge_free_blocks(hak_heap_t *h) {
   size_t page = os_page_size();
   for (uint32_t c = TINY_CLASSES; c < NUM_CLASSES; c++) {
@@ -484,14 +483,14 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
       for (int l = 0; l < 2; l++) {
         for (hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
           uintptr_t a = (uintptr_t)b, *mark = (uintptr_t *)(a + 16);
-          if (*mark == (a ^ hak_cookie ^ PURGED_MARK)) continue;
+          if (block_purged(a)) continue;
           uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
           uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
           if (to > from) {
             os_purge((void *)from, to - from);
             atomic_fetch_add_explicit(&hak_gstats.purged_bytes, to - from, memory_order_relaxed);
           }
-          *mark = a ^ hak_cookie ^ PURGED_MARK;
+          *mark = a ^ hak_cookie ^ PURGED_MARK; /* see block_purged */
         }
       }
     }

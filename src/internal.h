@@ -134,6 +134,12 @@ hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
 }
 
 hak_inline uintptr_t free_tag_of(uintptr_t a) { return a ^ hak_cookie; } /* == a ^ s->tag_key */
+/* heap.c gives back the whole pages inside big free blocks and marks their third word;
+ * those pages then read as zero. */
+#define PURGED_MARK 0x5075726765644dull
+hak_inline bool block_purged(uintptr_t a) {
+  return ((const uintptr_t *)a)[2] == (a ^ hak_cookie ^ PURGED_MARK);
+}
 
 /* ---- heap.c -------------------------------------------------------------------- */
 extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));

@@ -164,10 +164,32 @@ static inline bool still_clean(uintptr_t a, size_t S) {
   return use_avx2 ? still_clean_avx2(a, S) : still_clean_base(a, S);
 }
 
-static inline void arm_block(uintptr_t a, size_t n, size_t S) {
-  canary_fill(a + n, a + S - 8);
+/* What a block's size word says about its bytes. Once free() and the quarantine's check
+ * have seen the block, with n = the size it had: [16, k) is zero and [k, S - 8) holds
+ * canary bytes, for k = max(n, 16). A live block has canary bytes in [k, S - 8) too.
+ * Returns k, or 0 when nothing is known: a new block (size word 0), one released
+ * unchecked, a corrupt size word. A purged block (block_purged) also has its mark in
+ * [16, 24) and zeros where whole pages of the canary bytes were. */
+static inline size_t block_known(uintptr_t a, size_t S) {
+  size_t n = size_decode(size_word(a, S));
+  if (n - 1 >= S - SECURE_TAIL) return 0;
+  return n < 16 ? 16 : n;
+}
+static inline size_t canary_known(uintptr_t a, size_t S) {
+  return block_purged(a) ? 0 : block_known(a, S);
+}
+
+/* Hands out the block at a for n bytes, k = canary_known before any change: canary bytes
+ * from n on, where they are not there already, and the size word. */
+static inline void arm_known(uintptr_t a, size_t n, size_t S, size_t k) {
+  uintptr_t to = k ? (a + k + 7) & ~(uintptr_t)7 : a + S - 8; /* canary bytes from here */
+  if (a + n < to) {
+    if (to - (a + n) < 8) to += 8; /* canary_fill wants a word; k <= S - 16 leaves room */
+    canary_fill(a + n, to);
+  }
   size_encode(size_word(a, S), n);
 }
+static inline void arm_block(uintptr_t a, size_t n, size_t S) { arm_known(a, n, S, canary_known(a, S)); }
 
 void *secure_arm(void *p, size_t n) {
   uintptr_t a = (uintptr_t)p;
@@ -343,9 +365,9 @@ void *secure_malloc_zero(void) {
   return p;
 }
 
-/* calloc up to MID_MAX: a reused block is known zero in [16, n) for the n its size word
- * held when it left the quarantine (0 for a new block), but for the purge mark heap.c
- * may have put in its third word, so only the rest is cleared. */
+/* calloc up to MID_MAX: a reused block needs clearing only in its first two words (link
+ * and free tag; a third for a purge mark) and where its canary bytes were (see
+ * block_known). */
 void *secure_calloc(size_t n) {
   if (n == 0) return secure_malloc_zero();
   void *p = fast_malloc_raw(n + SECURE_TAIL);
@@ -354,13 +376,15 @@ void *secure_calloc(size_t n) {
   hak_slab_t *s = region_slab_of(a);
   if (slab_owner(s) == OWNER_LARGE) return memset(p, 0, n);
   size_t S = s->block_size;
-  size_t known = size_decode(size_word(a, S));
-  if (known > S - SECURE_TAIL) known = 0;
-  /* The first three words may hold a link, a free tag and heap.c's purge mark. */
-  size_t from = known < 24 ? 24 : known;
-  memset(p, 0, 24);
-  if (n > from) memset((char *)p + from, 0, n - from);
-  arm_block(a, n, S);
+  size_t k = block_known(a, S);
+  bool purged = block_purged(a);
+  if (k == 0) {
+    memset(p, 0, n);
+  } else {
+    memset(p, 0, purged ? 24 : 16);
+    if (n > k) memset((char *)p + k, 0, n - k);
+  }
+  arm_known(a, n, S, purged ? 0 : k);
   return p;
 }
 

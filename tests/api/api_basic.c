@@ -148,6 +148,32 @@ static void test_calloc_zero(void) {
   }
 }
 
+/* Blocks reused after malloc_trim gave back the pages inside them: calloc must still
+ * clear them, and malloc'd ones must free cleanly (the hardened build reuses what a
+ * block's last life left in it, unless its pages went back). */
+static void test_reuse_after_trim(void) {
+  enum { N = 24, BIG = 20000, SMALLER = 17000 };
+  void *p[N];
+  for (int r = 0; r < 3; r++) {
+    for (int i = 0; i < N; i++) {
+      p[i] = malloc(BIG);
+      REQUIRE(p[i], "malloc(%d) failed", BIG);
+      memset(p[i], 0x5a, BIG);
+    }
+    for (int i = 1; i < N; i++) free(p[i]); /* p[0] keeps the slab */
+    malloc_trim(0);
+    for (int i = 1; i < N; i++) {
+      size_t n = SMALLER + (size_t)i;
+      p[i] = i & 1 ? malloc(n) : calloc(1, n);
+      REQUIRE(p[i], "allocation of %zu failed", n);
+      if (!(i & 1)) CHECK(tu_is_zero(p[i], n), "calloc(%zu) = %p after trim not zeroed", n, p[i]);
+      memset(p[i], 0x33, n);
+    }
+    for (int i = 0; i < N; i++) free(p[i]);
+    malloc_trim(0);
+  }
+}
+
 /* One realloc step from a block of n bytes (pattern from origin) to m bytes. */
 static void *realloc_step(void *p, size_t n, uintptr_t *origin, size_t m, uint64_t seed) {
   void *q = realloc(p, m);
@@ -646,6 +672,7 @@ int main(int argc, char **argv) {
   RUN(test_malloc_zero_and_free_null);
   RUN(test_alignment_and_usable_size);
   RUN(test_calloc_zero);
+  RUN(test_reuse_after_trim);
   RUN(test_realloc_tiers);
   RUN(test_realloc_zero);
   RUN(test_impossible_sizes);
