@@ -65,7 +65,11 @@ void large_free(hak_slab_t *s, void *p) {
   if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
     hak_fatal_pointer("double free", "free", p);
-  if (HAKMEM_SECURE) secure_guard_large(s, false);
+  if (HAKMEM_SECURE) { /* zero on free: the kernel clears the pages, which stay mapped */
+    secure_guard_large(s, false);
+    os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
+    s->touched = 0;
+  }
   atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,
                             memory_order_relaxed);
   /* Any thread may keep a free span: it belongs to no heap until reused. */
@@ -259,6 +263,19 @@ static huge_header_t *huge_checked(const void *p, const char *who) {
   return h;
 }
 
+/* The hardened build's zero-on-free for a huge block it keeps mapped: the block's bytes
+ * in the header's page are cleared, the pages after it given back to the kernel (they
+ * read as zero). Returns the bytes still resident: the header's page. */
+static size_t huge_zero(huge_header_t *h) {
+  size_t page = os_page_size();
+  uintptr_t first_end = h->base + page, end = h->user + h->size;
+  if (h->user < first_end) memset((void *)h->user, 0, (end < first_end ? end : first_end) - h->user);
+  uintptr_t from = h->user < first_end ? first_end : h->user; /* page-aligned then */
+  uintptr_t to = round_up(end, page);
+  if (to > from) os_purge((void *)from, to - from);
+  return page;
+}
+
 void huge_free(void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
   uintptr_t base = h->base;
@@ -267,16 +284,18 @@ void huge_free(void *p, const char *who) {
   long delay = hak_opt.purge_delay_ms;
   huge_kept_t evicted = {0, 0, 0, 0};
   bool keep = false;
+  size_t kept_bytes = resident;
+  if (HAKMEM_SECURE && delay != 0 && map_size <= HUGE_KEEP_MAX) kept_bytes = huge_zero(h);
   atomic_fetch_sub_explicit(&huge_mapped_bytes, map_size, memory_order_relaxed);
   pthread_mutex_lock(&region_lock);
   purge_note_huge(-(ptrdiff_t)resident, 0);
-  if (delay != 0 && map_size <= HUGE_KEEP_MAX && (delay < 0 || purge_budget_allows(resident))) {
+  if (delay != 0 && map_size <= HUGE_KEEP_MAX && (delay < 0 || purge_budget_allows(kept_bytes))) {
     keep = true;
     h->magic = HUGE_FREED_MAGIC; /* still mapped: a second free says "double free" */
     if (huge_kept_count == HUGE_KEEP_SLOTS) evicted = huge_kept_take(0);
-    huge_kept[huge_kept_count++] = (huge_kept_t){base, map_size, resident, now};
-    purge_note_huge(0, (ptrdiff_t)resident);
-    atomic_fetch_add_explicit(&hak_gstats.committed_est, resident, memory_order_relaxed);
+    huge_kept[huge_kept_count++] = (huge_kept_t){base, map_size, kept_bytes, now};
+    purge_note_huge(0, (ptrdiff_t)kept_bytes);
+    atomic_fetch_add_explicit(&hak_gstats.committed_est, kept_bytes, memory_order_relaxed);
     if (delay > 0) purge_schedule(now + (uint64_t)delay);
   }
   pthread_mutex_unlock(&region_lock);

@@ -1,7 +1,8 @@
-# hakmem_add_test(<name> <source>... [TIMEOUT <seconds>] [ARGS <arg>...])
+# hakmem_add_test(<name> <source>... [NO_TEST] [TIMEOUT <seconds>] [ARGS <arg>...])
 #
 # Builds one test program linked to the `hakmem` library (so its malloc, free and
-# operator new/delete are hakmem's) and registers it with ctest under <name>.
+# operator new/delete are hakmem's) and registers it with ctest under <name>, unless
+# NO_TEST: then only another build's run of it is registered (tests/CMakeLists.txt).
 #
 # The compiler must not reason about allocation calls it believes it knows: it may
 # delete a malloc/free pair, assume calloc's memory is zero or fold an alignment check.
@@ -12,7 +13,7 @@ find_package(Threads REQUIRED)
 set(HAKMEM_TEST_COMMON_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 function(hakmem_add_test name)
-  cmake_parse_arguments(PARSE_ARGV 1 T "" "TIMEOUT" "ARGS")
+  cmake_parse_arguments(PARSE_ARGV 1 T "NO_TEST" "TIMEOUT" "ARGS")
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
@@ -28,6 +29,8 @@ function(hakmem_add_test name)
     $<$<COMPILE_LANGUAGE:C>:-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc
       -fno-builtin-free -fno-builtin-aligned_alloc -fno-builtin-posix_memalign>
     $<$<COMPILE_LANGUAGE:CXX>:-fno-allocation-dce -fno-builtin-malloc -fno-builtin-free>)
-  add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+  if(NOT T_NO_TEST)
+    add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+  endif()
 endfunction()
