@@ -195,6 +195,19 @@ static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
   return NULL;
 }
 
+/* The fullest of the next few slabs after s in its queue that has blocks to give (its
+ * own frees, or other threads' waiting to be collected), or NULL. */
+#define REUSE_SCAN_LIMIT 8
+static hak_slab_t *queue_fullest_after(hak_slab_t *s) {
+  hak_slab_t *best = NULL;
+  s = s->next;
+  for (int i = 0; s != NULL && i < REUSE_SCAN_LIMIT; i++, s = s->next) {
+    if (s->free == NULL && s->local_free == NULL && !slab_has_remote(s)) continue;
+    if (best == NULL || s->used > best->used) best = s;
+  }
+  return best;
+}
+
 static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   /* 1. A full slab of ours that other threads have freed into. */
   hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
@@ -242,6 +255,22 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
       queue_push_front(q, back);
       s = back;
       break;
+    }
+    /* So do blocks freed into the class's other slabs: the fullest of them becomes the
+     * head, and the old head keeps its uncarved room at the back of the queue. Carving
+     * first would let every slab of the class hold free blocks while the head writes
+     * new pages. */
+    hak_slab_t *other = queue_fullest_after(s);
+    if (other != NULL) {
+      slab_collect(other);
+      if (other->free != NULL) {
+        queue_remove(q, s);
+        queue_push_back(q, s);
+        queue_remove(q, other);
+        queue_push_front(q, other);
+        s = other;
+        break;
+      }
     }
     if (slab_extend(s)) break;
     /* Nothing left: park it on the full list until a free arrives. */
