@@ -195,14 +195,20 @@ static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
   return NULL;
 }
 
-/* The fullest of the next few slabs after s in its queue that has blocks to give (its
- * own frees, or other threads' waiting to be collected), or NULL. */
+/* The fullest of the next few slabs after s in its queue that holds at least two
+ * carves' worth of free blocks (capacity - used: the owner's frees, and other threads'
+ * once collected), or NULL. With fewer, the refills that switching heads brings cost
+ * more instructions than the pages they save (random_mixed: +7% with any free block,
+ * +0.5% with this bound, and most of the saving kept). Counting frees still waiting in
+ * the remote list changed no peak RSS measured (producer_consumer, thread_churn,
+ * larson t=2). */
 #define REUSE_SCAN_LIMIT 8
 static hak_slab_t *queue_fullest_after(hak_slab_t *s) {
   hak_slab_t *best = NULL;
+  uint32_t enough = 2 * slab_carve_blocks(s->block_size);
   s = s->next;
   for (int i = 0; s != NULL && i < REUSE_SCAN_LIMIT; i++, s = s->next) {
-    if (s->free == NULL && s->local_free == NULL && !slab_has_remote(s)) continue;
+    if (s->capacity - s->used < enough) continue;
     if (best == NULL || s->used > best->used) best = s;
   }
   return best;

@@ -22,7 +22,7 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
 /* Stale pages of a reused span fewer than this are left for carving to reuse. */
 #define STALE_PURGE_MIN 16384
 
-static uint32_t carve_blocks(uint32_t size) {
+uint32_t slab_carve_blocks(uint32_t size) {
   uint32_t n = EXTEND_BYTES / size;
   if (size <= TINY_MAX && n < EXTEND_MIN_BLOCKS) return EXTEND_MIN_BLOCKS;
   return n > 1 ? n : 1;
@@ -66,7 +66,7 @@ size_t slab_trim_stale(hak_slab_t *s) {
 
 bool slab_extend(hak_slab_t *s) {
   if (s->capacity >= s->reserved) return false;
-  uint32_t n = carve_blocks(s->block_size);
+  uint32_t n = slab_carve_blocks(s->block_size);
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
   s->capacity += n;
