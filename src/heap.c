@@ -195,6 +195,25 @@ static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
   return NULL;
 }
 
+/* The fullest of the next few slabs after s in its queue that holds at least two
+ * carves' worth of free blocks (capacity - used: the owner's frees, and other threads'
+ * once collected), or NULL. With fewer, the refills that switching heads brings cost
+ * more instructions than the pages they save (random_mixed: +7% with any free block,
+ * +0.5% with this bound, and most of the saving kept). Counting frees still waiting in
+ * the remote list changed no peak RSS measured (producer_consumer, thread_churn,
+ * larson t=2). */
+#define REUSE_SCAN_LIMIT 8
+static hak_slab_t *queue_fullest_after(hak_slab_t *s) {
+  hak_slab_t *best = NULL;
+  uint32_t enough = 2 * slab_carve_blocks(s->block_size);
+  s = s->next;
+  for (int i = 0; s != NULL && i < REUSE_SCAN_LIMIT; i++, s = s->next) {
+    if (s->capacity - s->used < enough) continue;
+    if (best == NULL || s->used > best->used) best = s;
+  }
+  return best;
+}
+
 static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   /* 1. A full slab of ours that other threads have freed into. */
   hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
@@ -242,6 +261,22 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
       queue_push_front(q, back);
       s = back;
       break;
+    }
+    /* So do blocks freed into the class's other slabs: the fullest of them becomes the
+     * head, and the old head keeps its uncarved room at the back of the queue. Carving
+     * first would let every slab of the class hold free blocks while the head writes
+     * new pages. */
+    hak_slab_t *other = queue_fullest_after(s);
+    if (other != NULL) {
+      slab_collect(other);
+      if (other->free != NULL) {
+        queue_remove(q, s);
+        queue_push_back(q, s);
+        queue_remove(q, other);
+        queue_push_front(q, other);
+        s = other;
+        break;
+      }
     }
     if (slab_extend(s)) break;
     /* Nothing left: park it on the full list until a free arrives. */

@@ -95,6 +95,7 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 /* ---- slab.c -------------------------------------------------------------------- */
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
+uint32_t slab_carve_blocks(uint32_t size); /* blocks one carve makes */
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
 size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved blocks */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);

@@ -12,24 +12,20 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   hak_fatal_at("corrupted free list (write after free?) at", link);
 }
 
-/* Carve a page's worth of blocks at a time, up to 32 so a thread cycling through a few
- * blocks refills rarely, but never more than 16 KiB: first touch stays proportional
- * to use. */
+/* Carve a page's worth of blocks at a time: carving writes a link into every block, so
+ * what is carved is resident, and first touch stays proportional to use. Small blocks
+ * come at least 8 at a time (8 KiB of the largest): a thread cycling through a few
+ * blocks takes the refill path once per round of the blocks it has, so fewer would
+ * cost it instructions. Mid blocks come a page's worth or one at a time. */
 #define EXTEND_BYTES 4096
-#define EXTEND_MIN_BLOCKS 32
-#define EXTEND_MAX_BYTES 16384
+#define EXTEND_MIN_BLOCKS 8
 /* Stale pages of a reused span fewer than this are left for carving to reuse. */
 #define STALE_PURGE_MIN 16384
 
-/* Blocks of `size` one carve makes. Mid blocks are carved a page's worth (or one
- * block) at a time: carving writes a link into every block, and a few blocks of a
- * class are all many programs use. */
-static uint32_t carve_blocks(uint32_t size) {
+uint32_t slab_carve_blocks(uint32_t size) {
   uint32_t n = EXTEND_BYTES / size;
-  if (size > TINY_MAX) return n > 1 ? n : 1;
-  if (n < EXTEND_MIN_BLOCKS) n = EXTEND_MIN_BLOCKS;
-  if ((size_t)n * size > EXTEND_MAX_BYTES) n = (uint32_t)(EXTEND_MAX_BYTES / size);
-  return n < 1 ? 1 : n;
+  if (size <= TINY_MAX && n < EXTEND_MIN_BLOCKS) return EXTEND_MIN_BLOCKS;
+  return n > 1 ? n : 1;
 }
 
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
@@ -70,7 +66,7 @@ size_t slab_trim_stale(hak_slab_t *s) {
 
 bool slab_extend(hak_slab_t *s) {
   if (s->capacity >= s->reserved) return false;
-  uint32_t n = carve_blocks(s->block_size);
+  uint32_t n = slab_carve_blocks(s->block_size);
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
   s->capacity += n;
