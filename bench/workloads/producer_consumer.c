@@ -97,10 +97,12 @@ static void *worker_thread(void *arg)
         bool progress = false;
         if (w->produced < ops_per_thread && !queue_full(w->out)) {
             uint64_t left = ops_per_thread - w->produced;
-            batch *b = make_batch(w, left < batch_size ? left : batch_size);
+            uint64_t count = left < batch_size ? left : batch_size;
+            batch *b = make_batch(w, count);
+            /* Once sent, b belongs to the receiver, which may free it at once. */
             if (!queue_send(w->out, b))
                 bench_fail("queue refused a batch it had room for");
-            w->produced += b->count;
+            w->produced += count;
             progress = true;
         }
         batch *b = queue_receive(w->in);
