@@ -517,7 +517,7 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
       hak_block_t *lists[2] = {s->free, s->local_free};
       for (int l = 0; l < 2; l++) {
         for (hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
-          uintptr_t a = (uintptr_t)b, *mark = (uintptr_t *)(a + 16);
+          uintptr_t a = (uintptr_t)b;
           if (block_purged(a)) continue;
           uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
           uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
@@ -525,7 +525,7 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
             os_purge((void *)from, to - from);
             atomic_fetch_add_explicit(&hak_gstats.purged_bytes, to - from, memory_order_relaxed);
           }
-          *mark = a ^ hak_cookie ^ PURGED_MARK; /* see block_purged */
+          block_mark_purged(a);
         }
       }
     }

@@ -141,6 +141,7 @@ hak_inline uintptr_t free_tag_of(uintptr_t a) { return a ^ hak_cookie; } /* == a
 hak_inline bool block_purged(uintptr_t a) {
   return ((const uintptr_t *)a)[2] == (a ^ hak_cookie ^ PURGED_MARK);
 }
+hak_inline void block_mark_purged(uintptr_t a) { ((uintptr_t *)a)[2] = a ^ hak_cookie ^ PURGED_MARK; }
 
 /* ---- heap.c -------------------------------------------------------------------- */
 extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));

@@ -59,9 +59,8 @@
 #define REGION_SIZE ((size_t)1 << REGION_SHIFT)
 #define REGION_MASK (REGION_SIZE - 1)
 #define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512 */
-/* What a span has written is tracked in 4 KiB steps (touched_pages, slab `touched`). */
+/* What a free unit has written is tracked in 4 KiB steps (touched_pages). */
 #define TOUCH_SHIFT 12
-#define TOUCH_STEPS_PER_UNIT (UNIT_SIZE >> TOUCH_SHIFT) /* 16 */
 /* Units 0 and 1 hold the header; the hardened build keeps the last unit as a guard. */
 #define REGION_HEADER_UNITS 2
 #define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
