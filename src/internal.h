@@ -152,6 +152,9 @@ extern hak_heap_t *heaps_all;
 
 hak_heap_t *heap_get(void);              /* this thread's heap, created on first use */
 void *heap_malloc_slow(size_t n);        /* everything the fast path does not finish */
+/* Class c's queue head ran dry (aligned and mid sizes): the owner's own frees, or a
+ * refill on the slow path, which also runs deferred work when it is due. */
+void *heap_alloc_class_refill(uint32_t c);
 void heap_free_slow(void *p, hak_slab_t *s);
 uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
 _Noreturn void report_not_live(void *p, const char *fn);

@@ -24,18 +24,9 @@ static void *aligned_alloc_impl(size_t align, size_t n) {
     uint32_t c = size_to_class(need < align ? align : need);
     c = class_aligned_from[__builtin_ctzl(align)][c];
     if (c < NUM_CLASSES) {
-      hak_heap_t *h = hak_tls_heap; /* the empty heap has no queue heads */
-      hak_slab_t *s = h->queue[c].head;
-      void *p;
-      if (s != NULL && s->free != NULL) {
-        p = slab_pop(s, s->free);
-      } else {
-        if ((h = heap_get()) == NULL) {
-          errno = ENOMEM;
-          return NULL;
-        }
-        p = heap_alloc_class(h, c);
-      }
+      hak_slab_t *s = hak_tls_heap->queue[c].head; /* the empty heap has no queue heads */
+      void *p = s != NULL && s->free != NULL ? slab_pop(s, s->free) : heap_alloc_class_refill(c);
+      if (p == NULL) return NULL;
       return HAKMEM_SECURE ? secure_arm(p, n) : p;
     }
   }
