@@ -364,6 +364,13 @@ void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
   heap_release_slab(h, s);
 }
 
+void *heap_malloc_tick(void *b) {
+  hak_heap_t *h = hak_tls_heap;
+  uint64_t now = os_now_ms();
+  if (now >= h->next_deferred_ms) heap_deferred(h, now);
+  return b;
+}
+
 /* ---- remote frees, batched ---------------------------------------------------- */
 /* Frees into the same foreign slab are chained locally and handed over with one CAS:
  * the slab's shared line is written once per batch, not once per block. Chains are

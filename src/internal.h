@@ -124,13 +124,24 @@ hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
                     (a - s->start) % s->block_size != 0))
     slab_corrupt_link(s, n);
 }
+/* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */
+#define SLAB_USED_TICK 0x01000001u
+void *heap_malloc_tick(void *b); /* every 256th malloc from a slab: deferred work if due; returns b */
 /* Takes b, the head of s->free, off the list and hands it out. */
 hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
   hak_block_t *n = block_next(b);
   if (HAKMEM_SECURE) slab_check_link(s, n);
+  bool wrapped;
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+  /* One add to memory and a branch on its carry (the compiler would load, add, store);
+   * b is pinned to the return register, saving a move. */
+  __asm__("addl %3, %0" : "+m"(s->used_ticks), "=@ccc"(wrapped), "+a"(b) : "i"(SLAB_USED_TICK));
+#else
+  wrapped = __builtin_add_overflow(s->used_ticks, (uint32_t)SLAB_USED_TICK, &s->used_ticks);
+#endif
   s->free = n;
-  s->used++;
   b->free_tag = 0;
+  if (hak_unlikely(wrapped)) return heap_malloc_tick(b);
   return b;
 }
 

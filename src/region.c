@@ -11,6 +11,7 @@
 
 _Static_assert(sizeof(hak_region_t) <= REGION_HEADER_UNITS * UNIT_SIZE, "header too big");
 _Static_assert(sizeof(hak_slab_t) == 128, "slab descriptor layout changed");
+_Static_assert(UNIT_SIZE / 16 + 1 < UINT16_MAX, "a slab's `used` (and its pin) must fit 16 bits");
 _Static_assert(offsetof(hak_slab_t, free) == 64, "the owner's free lists must not share the line other threads read");
 
 /* One byte per possible region in the address space: 4 MiB of zero-filled .bss whose

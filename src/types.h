@@ -116,8 +116,21 @@ typedef struct hak_slab {
   _Atomic uint32_t remote_count; /* added after each push, so collecting needs no walk */
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
-  hak_block_t *local_free;  /* blocks the owner freed since the last refill */
-  uint32_t used;            /* blocks out (remote frees count until collected) */
+  hak_block_t *local_free;  /* the owner's frees that took the slow path (a full slab),
+                               and the hardened build's blocks out of quarantine */
+  /* `used` and a count of mallocs in one word, bumped by one add whose carry out of
+   * the top byte, every 256 mallocs from the slab, sends malloc to look at the clock
+   * for deferred work: the owner's frees go straight back on the list malloc pops, so
+   * a thread that frees as much as it allocates may otherwise never leave the fast
+   * path. (A slab holds at most UNIT_SIZE / 16 blocks, so `used` fits its 16 bits.) */
+  union {
+    struct {
+      uint16_t used;        /* blocks out (remote frees count until collected) */
+      uint8_t used_pad;     /* stays zero: `used` never carries into it */
+      uint8_t malloc_ticks;
+    };
+    uint32_t used_ticks;
+  };
   uint32_t capacity;        /* blocks carved so far */
   uint32_t reserved;        /* blocks that fit */
   uint16_t units;           /* span length in units */

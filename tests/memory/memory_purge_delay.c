@@ -4,7 +4,10 @@
  * The working set mixes large blocks (128 KiB..8 MiB, about 192 MiB in all) and two huge
  * blocks that fit a mapping of 64 MiB (which hakmem keeps after the free, for reuse),
  * all written and then freed; freed while they are below the peak of use, they stay
- * resident at first. Then a ring of small blocks is churned for 300 ms.
+ * resident at first. Then a ring of small blocks is churned for 300 ms: of mixed sizes,
+ * or with the argument "fixed" all of one size, so that every malloc finds the block
+ * the free before it gave back and no class ever runs out of blocks (the purge must not
+ * depend on malloc's refills).
  * Bound: RSS at the end <= baseline + 5 MiB.
  */
 #include "memory_test.h"
@@ -14,7 +17,8 @@
 #define CONTINUE_MS 300
 #define RING 1000
 
-int main(void) {
+int main(int argc, char **argv) {
+  bool fixed = argc > 1 && strcmp(argv[1], "fixed") == 0;
   void **blocks = mt_scratch(MAX_BLOCKS * sizeof *blocks);
   mt_warm_up();
   size_t baseline = mt_rss("baseline");
@@ -38,7 +42,7 @@ int main(void) {
   for (size_t step = 0; tu_now() < end;) {
     for (int k = 0; k < 256; k++, step++) {
       free(ring[step % RING]);
-      ring[step % RING] = mt_malloc_touched(16 + (step * 7919) % 1024);
+      ring[step % RING] = mt_malloc_touched(fixed ? 64 : 16 + (step * 7919) % 1024);
     }
   }
   size_t after = mt_rss("after 300 ms of small allocations");
