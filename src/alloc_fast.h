@@ -55,7 +55,7 @@ hak_inline void fast_free(void *p) {
       heap_slab_emptied(h, s);
       return;
     }
-    heap_free_slow(p, s);
+    heap_free_other(p, s, h);
     return;
   }
   free_outside_regions(p, "free");

@@ -379,7 +379,7 @@ void *heap_malloc_tick(void *b) {
 #define REMOTE_BATCH 32
 #define REMOTE_BATCH_BYTES 4096
 
-static void remote_chain_flush(struct hak_remote_chain *rc) {
+static hak_noinline void remote_chain_flush(struct hak_remote_chain *rc) {
   if (rc->slab == NULL) return;
   slab_remote_push(rc->slab, rc->head, rc->tail, rc->count);
   rc->slab = NULL;
@@ -391,19 +391,44 @@ void heap_remote_flush(hak_heap_t *h) {
   for (uint32_t i = 0; i < REMOTE_CHAINS; i++) remote_chain_flush(&h->remote[i]);
 }
 
-static void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
+static hak_noinline void remote_chain_start(struct hak_remote_chain *rc, hak_slab_t *s,
+                                            hak_block_t *b) {
+  remote_chain_flush(rc);
+  uint32_t limit = REMOTE_BATCH_BYTES / s->block_size;
+  rc->slab = s;
+  rc->head = rc->tail = b;
+  block_set_next(b, NULL);
+  rc->count = 1;
+  rc->limit = limit < 1 ? 1 : limit > REMOTE_BATCH ? REMOTE_BATCH : limit;
+  if (rc->limit == 1) remote_chain_flush(rc);
+}
+
+hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
   struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
-  if (rc->slab != s) {
-    remote_chain_flush(rc);
-    rc->slab = s;
-    rc->tail = b;
-    block_set_next(b, NULL);
-  } else {
-    block_set_next(b, rc->head);
+  if (hak_unlikely(rc->slab != s)) {
+    remote_chain_start(rc, s, b);
+    return;
   }
+  block_set_next(b, rc->head);
   rc->head = b;
-  if (++rc->count >= REMOTE_BATCH || rc->count * s->block_size >= REMOTE_BATCH_BYTES)
-    remote_chain_flush(rc);
+  if (++rc->count >= rc->limit) remote_chain_flush(rc);
+}
+
+/* The free fast path ended here: the block is not in this thread's own, unflagged
+ * slab. Another thread's block, the common case of a cross-thread free, is checked and
+ * chained in about as few instructions as the owner's free takes; every other case goes
+ * to heap_free_slow. */
+void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
+  uintptr_t a = (uintptr_t)p, owner = slab_owner(s), tag = a ^ s->tag_key;
+  hak_block_t *b = p;
+  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
+                 (owner & ~SLAB_FULL) != (uintptr_t)h && h != &hak_heap_empty &&
+                 slab_is_block_start(s, a) && b->free_tag != tag)) {
+    b->free_tag = tag;
+    heap_remote_batch(h, s, b);
+    return;
+  }
+  heap_free_slow(p, s);
 }
 
 /* p is in a region but in no live slab: a block freed twice (its span since given

@@ -167,6 +167,7 @@ void *heap_malloc_slow(size_t n);        /* everything the fast path does not fi
  * refill on the slow path, which also runs deferred work when it is due. */
 void *heap_alloc_class_refill(uint32_t c);
 void heap_free_slow(void *p, hak_slab_t *s);
+void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
 uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
 _Noreturn void report_not_live(void *p, const char *fn);
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);

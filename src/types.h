@@ -190,6 +190,7 @@ typedef struct hak_heap {
     hak_slab_t *slab;
     hak_block_t *head, *tail;
     uint32_t count;
+    uint32_t limit; /* blocks at which the chain is pushed */
   } remote[REMOTE_CHAINS];
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
