@@ -237,6 +237,12 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
 
 static void heap_deferred(hak_heap_t *h, uint64_t now);
 
+/* On a path slow enough to look at the clock: deferred work, when it is due. */
+static void heap_deferred_if_due(hak_heap_t *h) {
+  uint64_t now = os_now_ms();
+  if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
+}
+
 /* The refill path: the current slab of class c has nothing on its free list. */
 void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
   hak_slab_queue_t *q = &h->queue[c];
@@ -334,8 +340,7 @@ void *heap_alloc_class_refill(uint32_t c) {
     errno = ENOMEM;
     return NULL;
   }
-  uint64_t now = os_now_ms();
-  if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
+  heap_deferred_if_due(h);
   return heap_alloc_class(h, c);
 }
 
@@ -349,9 +354,7 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  /* A refill or a large block: a path slow enough to look at the clock. */
-  uint64_t now = os_now_ms();
-  if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
+  heap_deferred_if_due(h); /* a refill or a large block */
   return n <= MID_MAX ? heap_alloc_class(h, size_to_class(n)) : large_alloc(n, 0, false);
 }
 
@@ -365,17 +368,16 @@ void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
 }
 
 void *heap_malloc_tick(void *b) {
-  hak_heap_t *h = hak_tls_heap;
-  uint64_t now = os_now_ms();
-  if (now >= h->next_deferred_ms) heap_deferred(h, now);
+  heap_deferred_if_due(hak_tls_heap);
   return b;
 }
 
 /* ---- remote frees, batched ---------------------------------------------------- */
 /* Frees into the same foreign slab are chained locally and handed over with one CAS:
  * the slab's shared line is written once per batch, not once per block. Chains are
- * direct-mapped by slab, so frees of mixed sizes still batch. A chain holds at most this many blocks or bytes: the bytes bound keeps what 64 chains
- * hold back from their owners small (pending 1 KiB blocks added 12% peak RSS). */
+ * direct-mapped by slab, so frees of mixed sizes still batch. A chain holds at most
+ * this many blocks or bytes (its limit, set when it starts): the bytes bound keeps what
+ * 64 chains hold back from their owners small (pending 1 KiB blocks added 12% peak RSS). */
 #define REMOTE_BATCH 32
 #define REMOTE_BATCH_BYTES 4096
 
