@@ -27,6 +27,15 @@ void free_outside_regions(void *p, const char *fn) {
   }
 }
 
+/* free() of a pointer the slab map has no slab for: one in no region (the zero
+ * descriptor, or past the map's end), in a region unit that no slab covers, or any
+ * pointer where the map could not be reserved. The region header answers. */
+void free_unmapped(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (region_map_kind(a) == MAP_REGION) heap_free_other(p, region_slab_of(a), hak_tls_heap);
+  else free_outside_regions(p, "free");
+}
+
 /* The block p points at inside a region; aborts with fn's name if p is not one. */
 static hak_slab_t *region_block_checked(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;

@@ -421,16 +421,17 @@ hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) 
  * chained in about as few instructions as the owner's free takes; every other case goes
  * to heap_free_slow. */
 void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
-  uintptr_t a = (uintptr_t)p, owner = slab_owner(s), tag = a ^ s->tag_key;
+  uintptr_t a = (uintptr_t)p, owner = slab_owner(s), tag = block_free_tag(s);
   hak_block_t *b = p;
   if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
                  (owner & ~SLAB_FULL) != (uintptr_t)h && h != &hak_heap_empty &&
-                 slab_is_block_start(s, a) && b->free_tag != tag)) {
+                 slab_is_block_start_owned(s, a) && b->free_tag != tag)) {
     b->free_tag = tag;
     heap_remote_batch(h, s, b);
     return;
   }
-  heap_free_slow(p, s);
+  if (slab_map_none(s)) free_unmapped(p);
+  else heap_free_slow(p, s);
 }
 
 /* p is in a region but in no live slab: a block freed twice (its span since given
@@ -439,9 +440,14 @@ void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
 _Noreturn void report_not_live(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   hak_region_t *r = region_of(a);
-  const hak_slab_t *d = &r->slabs[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)];
+  size_t unit = (a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1);
+  const hak_slab_t *d = &r->slabs[unit];
   bool was_large = d->class_idx == NUM_CLASSES && d->start == a;
-  bool tagged = (a & 15) == 0 && ((const hak_block_t *)a)->free_tag == free_tag_of(a);
+  /* A freed block's tag names the descriptor of a slab that covered it: one of the
+   * SLAB_MAX_UNITS descriptors up to its own unit's. */
+  uintptr_t tag = (a & 15) == 0 ? ((const hak_block_t *)a)->free_tag : 0;
+  uintptr_t lowest = (uintptr_t)&r->slabs[unit >= SLAB_MAX_UNITS ? unit - SLAB_MAX_UNITS + 1 : 0];
+  bool tagged = tag >= lowest && tag <= (uintptr_t)d && (tag - lowest) % sizeof *d == 0;
   hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);
 }
 
@@ -456,11 +462,10 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
   }
   if (owner == OWNER_NONE || owner == OWNER_CACHED) report_not_live(p, "free");
   if (!slab_is_block_start(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
-  /* A block carries the tag only between free and the next malloc, and the tag is
-   * random per process and per address: a match is a double free. (The owner cannot
-   * rule it out by walking its lists: the first free may sit in another thread's
-   * pending remote chain.) */
-  if (((hak_block_t *)p)->free_tag == free_tag_of(a)) hak_fatal_pointer("double free", "free", p);
+  /* A block carries the tag only between free and the next malloc: a match is a double
+   * free. (The owner cannot rule it out by walking its lists: the first free may sit in
+   * another thread's pending remote chain.) */
+  if (((hak_block_t *)p)->free_tag == block_free_tag(s)) hak_fatal_pointer("double free", "free", p);
   return owner;
 }
 
@@ -469,7 +474,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   if (owner == OWNER_LARGE) return;
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
-  uintptr_t tag = free_tag_of((uintptr_t)p);
+  uintptr_t tag = block_free_tag(s);
   bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   if (!mine) {
     b->free_tag = tag;

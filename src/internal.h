@@ -69,6 +69,30 @@ hak_inline unsigned region_map_kind(uintptr_t a) {
 hak_inline bool slab_is_block_start(const hak_slab_t *s, uintptr_t a) {
   return a * s->div_magic - s->start_magic < s->div_magic;
 }
+/* The same answer for a slab that a heap owns (blocks of at most MID_MAX bytes, at most
+ * UNIT_SIZE / 16 of them), with one load fewer: for a = start + k * size + r,
+ * a * m - start * m = k * (size * m - 2^64) + r * m, which is below 2^33 when r = 0 and
+ * at least m >= 2^47 otherwise. */
+hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
+  return (a * s->div_magic - s->start_magic) >> 40 == 0;
+}
+_Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= ((uint64_t)1 << 40),
+               "slab_is_block_start_owned: block starts below 2^40, other offsets above");
+
+/* ---- slab_map.c: unit -> slab descriptor, flat over the address space ----------- */
+extern uintptr_t *slab_map;    /* entry: descriptor address - map address; 0: none */
+extern size_t slab_map_units;  /* 0 until reserved (or if it could not be) */
+void slab_map_init(void);      /* caller holds region_lock */
+bool slab_map_add_region(const hak_region_t *r);
+void slab_map_remove_region(const hak_region_t *r);
+void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live);
+/* The slab of a region pointer, or the zero descriptor at the map's start (owner word
+ * OWNER_NONE) for any other pointer below the map's end. The caller has checked
+ * a >> UNIT_SHIFT < slab_map_units. */
+hak_inline hak_slab_t *slab_map_lookup(uintptr_t a) {
+  return (hak_slab_t *)((uintptr_t)slab_map + slab_map[a >> UNIT_SHIFT]);
+}
+hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab_t *)slab_map; }
 hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
   return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
 }
@@ -145,7 +169,10 @@ hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
   return b;
 }
 
-hak_inline uintptr_t free_tag_of(uintptr_t a) { return a ^ hak_cookie; } /* == a ^ s->tag_key */
+/* A free block's second word: the address of its slab's descriptor, which lies in
+ * hakmem's region header, where no program keeps pointers, and costs free no
+ * arithmetic. malloc clears it, so only a block that is free carries it. */
+hak_inline uintptr_t block_free_tag(const hak_slab_t *s) { return (uintptr_t)s; }
 /* heap.c gives back the whole pages inside big free blocks and marks their third word;
  * those pages then read as zero. */
 #define PURGED_MARK 0x5075726765644dull
@@ -168,6 +195,7 @@ void *heap_malloc_slow(size_t n);        /* everything the fast path does not fi
 void *heap_alloc_class_refill(uint32_t c);
 void heap_free_slow(void *p, hak_slab_t *s);
 void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
+void free_unmapped(void *p); /* alloc.c: free of a pointer the slab map has no slab for */
 uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
 _Noreturn void report_not_live(void *p, const char *fn);
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);

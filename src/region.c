@@ -1,5 +1,6 @@
-/* Regions: 32 MiB aligned mappings cut into 64 KiB units, the unit map that takes any
- * address to its slab descriptor in one load, and purging of free units.
+/* Regions: 32 MiB aligned mappings cut into 64 KiB units, the header's unit map that
+ * takes any address in the region to its slab descriptor in one load (the slow paths';
+ * free's fast path reads the same from slab_map.c), and purging of free units.
  * Everything here runs under region_lock except the lookups in internal.h. */
 
 #include "internal.h"
@@ -171,6 +172,11 @@ static span_place_t find_place(size_t n) {
 static hak_region_t *region_create(void) {
   hak_region_t *r = os_map_aligned(REGION_SIZE, REGION_SIZE);
   if (r == NULL) return NULL;
+  slab_map_init();
+  if (!slab_map_add_region(r)) {
+    os_unmap(r, REGION_SIZE);
+    return NULL;
+  }
   os_set_huge_pages(r, REGION_SIZE, hak_opt.thp);
   r->magic = REGION_MAGIC;
   r->free_units = REGION_MAX_SPAN_UNITS;
@@ -201,6 +207,7 @@ static void region_destroy(hak_region_t *r) {
   dirty_units -= r->dirty_free_units;
   size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
+  slab_map_remove_region(r);
   os_unmap(r, REGION_SIZE);
   atomic_fetch_sub_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
@@ -309,6 +316,7 @@ hak_slab_t *region_alloc_span(size_t units) {
   s->unit_idx = (uint16_t)first;
   s->touched = (uint32_t)touched;
   for (size_t u = first; u < first + units; u++) r->unit_map[u] = s;
+  slab_map_set(s, first, units, true);
   return s;
 }
 
@@ -327,6 +335,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
     r->touched_pages[u] = (uint8_t)((t + ((size_t)1 << TOUCH_SHIFT) - 1) >> TOUCH_SHIFT);
     if (t > 0) dirty++;
   }
+  slab_map_set(s, first, units, false);
   if (dirty < units) {
     bits_set_range(r->dirty_bits, first + dirty, units - dirty, false);
     atomic_fetch_sub_explicit(&hak_gstats.committed_est, (units - dirty) * UNIT_SIZE,
@@ -422,6 +431,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
     } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     r->unit_map[u] = s;
   }
+  slab_map_set(s, end, want_end - end, true);
   bits_set_range(r->free_bits, end, want_end - end, false);
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);

@@ -127,12 +127,13 @@ hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
 
 /* Is the block at a, S bytes of which n were asked for, as free() left it: zero up to
  * max(n, 16) but for its free tag (and, once released, its link), canaries after? */
-hak_inline bool still_clean_body(uintptr_t a, size_t S) {
+hak_inline bool still_clean_body(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
   size_t n = size_decode(size_word(a, S));
   if (n > S - SECURE_TAIL) return false;
   size_t zeroed = n < 16 ? 16 : n;
   const uint64_t *w = (const uint64_t *)a;
-  return w[0] == 0 && w[1] == free_tag_of(a) && all_zero_body(a + 16, a + zeroed) &&
+  return w[0] == 0 && w[1] == block_free_tag(s) && all_zero_body(a + 16, a + zeroed) &&
          canary_intact_body(a + zeroed, a + S - 8);
 }
 
@@ -140,15 +141,15 @@ hak_noinline static void canary_fill_base(uintptr_t from, uintptr_t to) { canary
 hak_noinline static bool canary_intact_base(uintptr_t from, uintptr_t to) {
   return canary_intact_body(from, to);
 }
-hak_noinline static bool still_clean_base(uintptr_t a, size_t S) { return still_clean_body(a, S); }
+hak_noinline static bool still_clean_base(uintptr_t a, const hak_slab_t *s) { return still_clean_body(a, s); }
 hak_noinline __attribute__((target("avx2"))) static void canary_fill_avx2(uintptr_t from, uintptr_t to) {
   canary_fill_body(from, to);
 }
 hak_noinline __attribute__((target("avx2"))) static bool canary_intact_avx2(uintptr_t from, uintptr_t to) {
   return canary_intact_body(from, to);
 }
-hak_noinline __attribute__((target("avx2"))) static bool still_clean_avx2(uintptr_t a, size_t S) {
-  return still_clean_body(a, S);
+hak_noinline __attribute__((target("avx2"))) static bool still_clean_avx2(uintptr_t a, const hak_slab_t *s) {
+  return still_clean_body(a, s);
 }
 
 static inline void canary_fill(uintptr_t from, uintptr_t to) {
@@ -160,8 +161,8 @@ static inline bool canary_intact(uintptr_t from, uintptr_t to) {
   if (hak_likely(to - from <= 32)) return canary_intact_short(from, to);
   return use_avx2 ? canary_intact_avx2(from, to) : canary_intact_base(from, to);
 }
-static inline bool still_clean(uintptr_t a, size_t S) {
-  return use_avx2 ? still_clean_avx2(a, S) : still_clean_base(a, S);
+static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
+  return use_avx2 ? still_clean_avx2(a, s) : still_clean_base(a, s);
 }
 
 /* What a block's size word says about its bytes. Once free() and the quarantine's check
@@ -266,7 +267,7 @@ static void quarantine_release(void *p, bool check) {
     release_unchecked(p, s);
     return;
   }
-  if (!still_clean(a, s->block_size)) hak_fatal_at("write after free detected", p);
+  if (!still_clean(a, s)) hak_fatal_at("write after free detected", p);
   ((hak_block_t *)p)->free_tag = 0;
   heap_free_slow(p, s);
 }
@@ -289,7 +290,7 @@ void secure_free(void *p) {
   hak_slab_t *s = region_slab_of(a);
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
-  uintptr_t tag = free_tag_of(a);
+  uintptr_t tag = block_free_tag(s);
   uintptr_t owner = slab_owner(s);
   /* The common case is checked inline; free_checked reports the rest (or frees a
    * large block). */
@@ -316,7 +317,7 @@ void secure_free(void *p) {
    * already in place) when it is ours and its slab not full. */
   uintptr_t oa = (uintptr_t)old;
   hak_slab_t *os = region_slab_of(oa);
-  if (!still_clean(oa, os->block_size)) hak_fatal_at("write after free detected", old);
+  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
   if (hak_likely(os->owner == (uintptr_t)h)) {
     block_set_next(old, os->local_free);
     os->local_free = old;

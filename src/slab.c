@@ -3,7 +3,7 @@
  * lazy carving so that untouched blocks never become resident. */
 #include "internal.h"
 
-/* Random per process; a free block's second word holds its address ^ cookie. */
+/* Random per process: the mark on the pages heap.c gives back inside big free blocks. */
 uintptr_t hak_cookie = 0x9e3779b97f4a7c15ull;
 uintptr_t hak_list_key;
 
@@ -39,7 +39,6 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   s->start = slab_base(s) + gap;
   s->div_magic = UINT64_MAX / size + 1;
   s->start_magic = s->start * s->div_magic;
-  s->tag_key = hak_cookie;
   s->reserved = (uint32_t)((bytes - gap) / size);
   s->capacity = 0;
   s->used = 0;

@@ -103,6 +103,8 @@ void stats_print(FILE *f) {
       (unsigned long long)atomic_load(&hak_gstats.heaps_created),
       (unsigned long long)atomic_load(&hak_gstats.heaps_abandoned),
       (unsigned long long)atomic_load(&hak_gstats.slabs_adopted));
+  out(f, "  slab map: %s\n", slab_map_units != 0 ? "reserved (free's fast path)"
+                                                   : "not reserved (every free asks the region header)");
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d\n", hak_opt.purge_delay_ms,
       hak_opt.region_cache, (int)hak_opt.thp);
 }

@@ -9,8 +9,8 @@
  *   slab    a span carved into blocks of one size class. Small/mid blocks live here.
  *           A large block is a slab holding exactly one block.
  *   block   what malloc returns. A free block's first word links the free list, its
- *           second word holds the "free tag" (address ^ cookie) that makes double
- *           frees visible in one compare.
+ *           second word holds the "free tag" (its slab descriptor's address) that makes
+ *           double frees visible in one compare.
  *   class   a block size. Tiny classes cover <= 1 KiB, mid classes <= 128 KiB.
  *   heap    one thread's allocation state: per-class queues of the slabs it owns.
  *           Only the owning thread touches a slab's non-atomic fields; other threads
@@ -85,6 +85,7 @@ enum region_map_kind {
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
 #define DIRECT_SLOTS (TINY_MAX / 16 + 1)
 #define LARGE_MAX (REGION_MAX_SPAN_UNITS * UNIT_SIZE)
+#define SLAB_MAX_UNITS 16 /* the largest mid class: 8 blocks of 128 KiB */
 
 /* ---- owner word values ---------------------------------------------------------- */
 #define SLAB_FULL ((uintptr_t)1)   /* or'ed into a heap address */
@@ -110,7 +111,6 @@ typedef struct hak_slab {
   uint64_t div_magic;       /* ceil(2^64 / block_size) */
   uint64_t start_magic;     /* start * div_magic: a block start has
                                a * div_magic - start_magic < div_magic */
-  uintptr_t tag_key;        /* the process cookie, kept here to save a load */
   uintptr_t start;          /* address of block 0 (a large block's user pointer) */
   _Atomic(hak_block_t *) remote; /* frees from other threads */
   _Atomic uint32_t remote_count; /* added after each push, so collecting needs no walk */

@@ -146,6 +146,18 @@ static void df_reuse(size_t size) {
   free_bad(q);
 }
 
+/* Enough blocks to fill several slabs of the largest size (1 MiB each), all freed but
+ * the last: the first slabs are emptied and given back, still resident. A second free
+ * of a block in one of them must still read as a double free, from its tag alone (the
+ * sixth block lies past the first unit of a multi-unit slab). */
+static void df_released(size_t size) {
+  size_t n = (4u << 20) / size + 8;
+  char **v = (char **)xmalloc(n * sizeof *v);
+  for (size_t i = 0; i < n; i++) v[i] = xmalloc(size);
+  for (size_t i = 0; i + 1 < n; i++) free(v[i]);
+  free_bad(v[5]);
+}
+
 static void *thread_free(void *p) {
   free(p);
   return NULL;
