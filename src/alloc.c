@@ -32,6 +32,7 @@ void free_outside_regions(void *p, const char *fn) {
  * pointer where the map could not be reserved. The region header answers. */
 void free_unmapped(void *p) {
   uintptr_t a = (uintptr_t)p;
+  if (p == NULL) return;
   if (region_map_kind(a) == MAP_REGION) heap_free_other(p, region_slab_of(a), hak_tls_heap);
   else free_outside_regions(p, "free");
 }
