@@ -40,6 +40,11 @@ extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned
  * for alignments 32 .. MID_MAX. */
 #define ALIGN_BITS_MAX 17
 extern uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
+/* For sizes in (16 j, 16 j + 16] and alignment 1 << bits, both at most TINY_MAX: the
+ * direct slot (class size / 16) of the first class >= class_of_direct[j + 1] aligned to
+ * 1 << bits. (Rows of 64: an alignment is at least 1, so a size of 0 is never asked.) */
+#define TINY_ALIGN_BITS_MAX 10
+extern uint8_t aligned_direct[TINY_ALIGN_BITS_MAX + 1][TINY_MAX / 16];
 void size_class_init(void);
 
 hak_inline uint32_t size_to_class(size_t n) {
@@ -150,7 +155,9 @@ hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
 }
 /* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */
 #define SLAB_USED_TICK 0x01000001u
-void *heap_malloc_tick(void *b); /* every 256th malloc from a slab: deferred work if due; returns b */
+/* Every 256th malloc from a slab: deferred work if due; returns b (never NULL, which
+ * lets callers that check for NULL after a pop skip the check on this path). */
+__attribute__((returns_nonnull)) void *heap_malloc_tick(void *b);
 /* Takes b, the head of s->free, off the list and hands it out. */
 hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
   hak_block_t *n = block_next(b);

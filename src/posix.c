@@ -10,10 +10,36 @@ size_t block_usable_size(void *p, const char *fn);
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-/* Small and mid sizes: the first class at least n whose every block is aligned to
- * `align` (power-of-two classes always are), so the waste stays below the alignment
- * in the common cases. Beyond that, a large span started at an aligned offset. */
-static void *aligned_alloc_impl(size_t align, size_t n) {
+/* The common case, inlined into each entry point: the chosen class's head slab has a
+ * free block. For tiny sizes and alignments the direct table already points at every
+ * class's head (at an empty slab before the heap exists), so this is malloc's fast path
+ * plus one table load; mid sizes look up the class and its queue head. No errno, no call,
+ * no saved register but posix_memalign's `out`: about 40 instructions for a tiny
+ * posix_memalign, against 70 when everything went through one function. NULL: take the
+ * slow path (a refill, a large block, the hardened build). */
+hak_inline void *aligned_alloc_fast(size_t align, size_t n) {
+  if (HAKMEM_SECURE) return NULL; /* the canaries' tail and malloc(0) need the slow path */
+  size_t m = n < align ? align : n;
+  unsigned bits = (unsigned)__builtin_ctzl(align);
+  hak_slab_t *s;
+  if (hak_likely(m <= TINY_MAX)) {
+    s = hak_tls_heap->direct[aligned_direct[bits][(m - 1) >> 4]];
+  } else {
+    if (hak_unlikely(m > MID_MAX)) return NULL;
+    uint32_t c = class_aligned_from[bits][size_to_class(m)];
+    if (hak_unlikely(c >= NUM_CLASSES)) return NULL;
+    s = hak_tls_heap->queue[c].head; /* the empty heap has no queue heads */
+    if (hak_unlikely(s == NULL)) return NULL;
+  }
+  hak_block_t *b = s->free;
+  if (hak_unlikely(b == NULL)) return NULL;
+  return slab_pop(s, b);
+}
+
+/* Everything else. Small and mid sizes: the first class at least n whose every block is
+ * aligned to `align` (power-of-two classes always are), so the waste stays below the
+ * alignment in the common cases. Beyond that, a large span started at an aligned offset. */
+static hak_noinline void *aligned_alloc_slow(size_t align, size_t n) {
   if (align <= 16) return fast_malloc(n);
   if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
     errno = ENOMEM;
@@ -37,10 +63,10 @@ static void *aligned_alloc_impl(size_t align, size_t n) {
   return large_alloc(n, align, false);
 }
 
-hak_export int hak_posix_memalign(void **out, size_t align, size_t n) {
-  if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+/* posix_memalign leaves errno alone; only the slow path can touch it. */
+static hak_noinline int posix_memalign_slow(void **out, size_t align, size_t n) {
   int saved = errno;
-  void *p = aligned_alloc_impl(align, n);
+  void *p = aligned_alloc_slow(align, n);
   if (p == NULL) {
     errno = saved;
     return ENOMEM;
@@ -49,17 +75,29 @@ hak_export int hak_posix_memalign(void **out, size_t align, size_t n) {
   return 0;
 }
 
+hak_export int hak_posix_memalign(void **out, size_t align, size_t n) {
+  if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+  void *p = aligned_alloc_fast(align, n);
+  if (hak_likely(p != NULL)) {
+    *out = p;
+    return 0;
+  }
+  return posix_memalign_slow(out, align, n);
+}
+
 hak_export void *hak_aligned_alloc(size_t align, size_t n) {
   if (!is_pow2(align)) {
     errno = EINVAL;
     return NULL;
   }
-  return aligned_alloc_impl(align, n);
+  void *p = aligned_alloc_fast(align, n);
+  if (hak_likely(p != NULL)) return p;
+  return aligned_alloc_slow(align, n);
 }
 
 hak_export void *hak_memalign(size_t align, size_t n) { return hak_aligned_alloc(align, n); }
 
-hak_export void *hak_valloc(size_t n) { return aligned_alloc_impl(os_page_size(), n); }
+hak_export void *hak_valloc(size_t n) { return aligned_alloc_slow(os_page_size(), n); }
 
 hak_export void *hak_pvalloc(size_t n) {
   size_t page = os_page_size();
@@ -68,7 +106,7 @@ hak_export void *hak_pvalloc(size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  return aligned_alloc_impl(page, rounded == 0 ? page : rounded);
+  return aligned_alloc_slow(page, rounded == 0 ? page : rounded);
 }
 
 /* A size given back at free must be one that could have produced this block: no

@@ -8,6 +8,7 @@ uint8_t class_units[NUM_CLASSES];
 uint8_t class_of_direct[DIRECT_SLOTS];
 uint32_t class_align[NUM_CLASSES];
 uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
+uint8_t aligned_direct[TINY_ALIGN_BITS_MAX + 1][TINY_MAX / 16];
 
 static uint32_t tiny_size(unsigned c) {
   if (c < 16) return 16 * (c + 1);        /* 16 .. 256 */
@@ -57,4 +58,8 @@ void size_class_init(void) {
     while (class_size[c] < n) c++;
     class_of_direct[i] = (uint8_t)c;
   }
+  /* The 1 KiB class is 1 KiB-aligned, so every tiny request has a tiny class here. */
+  for (unsigned bits = 0; bits <= TINY_ALIGN_BITS_MAX; bits++)
+    for (unsigned j = 0; j < TINY_MAX / 16; j++)
+      aligned_direct[bits][j] = (uint8_t)(class_size[class_aligned_from[bits][class_of_direct[j + 1]]] / 16);
 }
