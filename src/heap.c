@@ -225,7 +225,9 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   /* 1. A full slab of ours that other threads have freed into. */
   hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
   if (s != NULL) return s;
-  /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. */
+  /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. Each
+   * may hold pages an earlier use wrote: the next deferred pass looks. */
+  h->trim_pending = true;
   s = span_cache_take(h, class_units[c], class_units[c]);
   if (s != NULL) {
     slab_init(s, c, (uintptr_t)h);
@@ -592,8 +594,14 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
   }
 }
 
-/* Pages that an earlier use of a slab's span wrote past what the slab has carved. */
+/* Pages that an earlier use of a slab's span wrote past what the slab has carved. A
+ * slab has such pages only when it is made (carving raises `touched` no further than
+ * what it keeps), so one pass after new slabs arrived finds them all; walking every
+ * queued slab on every pass touched thousands of cold descriptors per 10 ms after a
+ * mass free that left 1% of the blocks live. */
 static void heap_trim_stale(hak_heap_t *h) {
+  if (!h->trim_pending) return;
+  h->trim_pending = false;
   size_t purged = 0;
   for (uint32_t c = 0; c < NUM_CLASSES; c++)
     for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);
