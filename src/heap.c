@@ -195,21 +195,29 @@ static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
   return NULL;
 }
 
-/* The fullest of the next few slabs after s in its queue that holds at least two
- * carves' worth of free blocks (capacity - used: the owner's frees, and other threads'
- * once collected), or NULL. With fewer, the refills that switching heads brings cost
- * more instructions than the pages they save (random_mixed: +7% with any free block,
- * +0.5% with this bound, and most of the saving kept). Counting frees still waiting in
- * the remote list changed no peak RSS measured (producer_consumer, thread_churn,
- * larson t=2). Blocks of a page or more carve one or two at a time, so the bound is
- * raised to 8 blocks there (slabs of at least 16): with 2, a 4 KiB class switched heads
- * every third allocation (bench_aligned: 4.4 fewer instructions per op, +2% peak RSS). */
+/* The slab to take over from the queue head s, or NULL: one of the next few slabs that
+ * holds at least two carves' worth of free blocks (capacity - used: the owner's frees,
+ * and other threads' once collected). With fewer, the refills that switching heads
+ * brings cost more instructions than the pages they save (random_mixed: +7% with any
+ * free block, +0.5% with this bound, and most of the saving kept). Counting frees still
+ * waiting in the remote list changed no peak RSS measured (producer_consumer,
+ * thread_churn, larson t=2). Blocks of a page or more carve one or two at a time, so the
+ * bound is raised to 8 blocks there (slabs of at least 16): with 2, a 4 KiB class
+ * switched heads every third allocation (bench_aligned: 4.4 fewer instructions per op,
+ * +2% peak RSS).
+ * The slab right after the head was the head before it (see heap_alloc_class): the
+ * blocks it got back since were freed last and are still in cache, so it comes first.
+ * A class whose live blocks need a bit more than one slab then alternates between two
+ * warm slabs instead of pulling cold blocks from the rest of the queue (after a mass
+ * free that left 1% live, the classes near 1 KiB switched heads 27,000 times a second,
+ * each time to a cold slab). Otherwise the fullest of them, to let the others empty. */
 #define REUSE_SCAN_LIMIT 8
-static hak_slab_t *queue_fullest_after(hak_slab_t *s) {
+static hak_slab_t *queue_next_head(hak_slab_t *s) {
   hak_slab_t *best = NULL;
   uint32_t enough = 2 * slab_carve_blocks(s->block_size);
   if (enough < 8 && s->reserved >= 16) enough = 8;
   s = s->next;
+  if (s != NULL && s->capacity - s->used >= enough) return s;
   for (int i = 0; s != NULL && i < REUSE_SCAN_LIMIT; i++, s = s->next) {
     if (s->capacity - s->used < enough) continue;
     if (best == NULL || s->used > best->used) best = s;
@@ -221,7 +229,9 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   /* 1. A full slab of ours that other threads have freed into. */
   hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
   if (s != NULL) return s;
-  /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. */
+  /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. Each
+   * may hold pages an earlier use wrote: the next deferred pass looks. */
+  h->trim_pending = true;
   s = span_cache_take(h, class_units[c], class_units[c]);
   if (s != NULL) {
     slab_init(s, c, (uintptr_t)h);
@@ -271,16 +281,14 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
       s = back;
       break;
     }
-    /* So do blocks freed into the class's other slabs: the fullest of them becomes the
-     * head, and the old head keeps its uncarved room at the back of the queue. Carving
-     * first would let every slab of the class hold free blocks while the head writes
-     * new pages. */
-    hak_slab_t *other = queue_fullest_after(s);
+    /* So do blocks freed into the class's other slabs: one of them becomes the head,
+     * and the old head, with its uncarved room, comes right after it, where the next
+     * switch looks first. Carving first would let every slab of the class hold free
+     * blocks while the head writes new pages. */
+    hak_slab_t *other = queue_next_head(s);
     if (other != NULL) {
       slab_collect(other);
       if (other->free != NULL) {
-        queue_remove(q, s);
-        queue_push_back(q, s);
         queue_remove(q, other);
         queue_push_front(q, other);
         s = other;
@@ -595,8 +603,14 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
   }
 }
 
-/* Pages that an earlier use of a slab's span wrote past what the slab has carved. */
+/* Pages that an earlier use of a slab's span wrote past what the slab has carved. A
+ * slab has such pages only when it is made (carving raises `touched` no further than
+ * what it keeps), so one pass after new slabs arrived finds them all; walking every
+ * queued slab on every pass touched thousands of cold descriptors per 10 ms after a
+ * mass free that left 1% of the blocks live. */
 static void heap_trim_stale(hak_heap_t *h) {
+  if (!h->trim_pending) return;
+  h->trim_pending = false;
   size_t purged = 0;
   for (uint32_t c = 0; c < NUM_CLASSES; c++)
     for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);

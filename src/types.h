@@ -195,6 +195,7 @@ typedef struct hak_heap {
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
+  bool trim_pending;                    /* a slab made since the last heap_trim_stale */
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
   struct hak_heap *pool_next;           /* recycled heap structures */
   /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
