@@ -23,6 +23,7 @@ import results  # noqa: E402
 import stats  # noqa: E402
 
 BASELINES = ("mimalloc", "glibc")
+ANCHORS = ("glibc", "mimalloc", "jemalloc", "tcmalloc")  # the allocators hakmem is measured against
 MEMORY_KEYS = ("rss_peak_kib", "rss_after_free_kib", "rss_after_continue_kib")
 
 
@@ -100,6 +101,17 @@ def callgrind_per_pair(records):
 def callgrind_ratios(table, baseline):
     return OrderedDict((loop, {a: stats.ratio(v, row.get(baseline)) for a, v in row.items()})
                        for loop, row in table.items())
+
+
+def against_best_anchor(medians, best):
+    """(hakmem's value / the best anchor's, that anchor) from {allocator: value};
+    best is max for throughput, min for memory and instructions. None if either is missing."""
+    anchors = [(v, a) for a, v in medians.items() if a in ANCHORS and v is not None and v > 0]
+    mine = medians.get("hakmem")
+    if not anchors or mine is None:
+        return None
+    value, name = best(anchors)
+    return mine / value, name
 
 
 def failures(records):
@@ -274,6 +286,32 @@ def render(meta, records, chart_files, chart_dir="charts"):
                 out.append("")
                 out.append(ratio_table(callgrind_ratios(cg, base), allocators, label=str, first="loop"))
                 out.append("")
+
+    anchors_here = [a for a in ANCHORS if a in allocators]
+    if "hakmem" in allocators and anchors_here and (thr or cg):
+        out += ["## hakmem against the best anchor, row by row", "",
+                "hakmem's median over the fastest (throughput) or leanest (peak RSS) of %s in the "
+                "same rounds, and its instructions per pair over the fewest of theirs; the anchor "
+                "is named after each ratio. The project's targets are throughput ≥ 1.00, peak RSS "
+                "≤ 1.25 and instructions ≤ 0.80 on every row; rows that miss one are marked *."
+                % ", ".join(anchors_here), ""]
+
+        def cell(pair, ok):
+            if pair is None:
+                return "n/a"
+            return "%s (%s)%s" % (fmt_ratio(pair[0]), pair[1], "" if ok(pair[0]) else " *")
+
+        rows = []
+        for config in thr:
+            t = against_best_anchor({a: s["median"] if s else None for a, s in thr[config].items()}, max)
+            m = against_best_anchor({a: s["median"] if s else None for a, s in rss[config].items()}, min)
+            rows.append([config_label(config), cell(t, lambda r: r >= 1.0), cell(m, lambda r: r <= 1.25)])
+        if rows:
+            out += [md_table(["workload", "throughput / fastest anchor", "peak RSS / leanest anchor"],
+                             rows), ""]
+        rows = [[loop, cell(against_best_anchor(row, min), lambda r: r <= 0.80)] for loop, row in cg.items()]
+        if rows:
+            out += [md_table(["loop", "instructions / fewest of the anchors"], rows), ""]
 
     if chart_files:
         out += ["## Charts", ""]

@@ -58,6 +58,23 @@ class AnalysisTest(unittest.TestCase):
         self.assertEqual(table["fastpath_fixed_64"], {"glibc": 100.0, "mimalloc": 50.0})
 
 
+    def test_against_best_anchor_takes_the_best_anchor_and_ignores_other_builds(self):
+        medians = {"hakmem": 90.0, "hakmem-secure": 500.0, "glibc": 60.0, "tcmalloc": 120.0, "mimalloc": None}
+        self.assertEqual(report.against_best_anchor(medians, max), (0.75, "tcmalloc"))
+        self.assertEqual(report.against_best_anchor(medians, min), (1.5, "glibc"))
+        self.assertIsNone(report.against_best_anchor({"hakmem": 1.0, "hakmem-secure": 2.0}, max))
+        self.assertIsNone(report.against_best_anchor({"glibc": 1.0}, max))
+
+    def test_report_marks_rows_that_miss_a_target(self):
+        recs = []
+        for rnd in range(2):
+            recs += [timed("hakmem", "w1", 1, rnd, 90.0, 1300), timed("glibc", "w1", 1, rnd, 100.0, 1000),
+                     timed("hakmem", "w2", 1, rnd, 110.0, 1200), timed("glibc", "w2", 1, rnd, 100.0, 1000)]
+        text = report.render({"allocators": [{"name": "hakmem"}, {"name": "glibc"}]}, recs, [])
+        self.assertIn("| w1 t=1 | 0.90 (glibc) * | 1.30 (glibc) * |", text)
+        self.assertIn("| w2 t=1 | 1.10 (glibc) | 1.20 (glibc) |", text)
+
+
 class GenerateTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
