@@ -74,8 +74,8 @@ hak_inline unsigned region_map_kind(uintptr_t a) {
 hak_inline bool slab_is_block_start(const hak_slab_t *s, uintptr_t a) {
   return a * s->div_magic - s->start_magic < s->div_magic;
 }
-/* The same answer for a slab that a heap owns (blocks of at most MID_MAX bytes, at most
- * UNIT_SIZE / 16 of them), with one load fewer: for a = start + k * size + r,
+/* The same answer for a slab that a heap owns (blocks of at most MID_MAX bytes, fewer
+ * than 2^16 of them), with one load fewer: for a = start + k * size + r,
  * a * m - start * m = k * (size * m - 2^64) + r * m, which is below 2^33 when r = 0 and
  * at least m >= 2^47 otherwise. */
 hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
@@ -87,7 +87,7 @@ _Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= 
 /* ---- slab_map.c: unit -> slab descriptor, flat over the address space ----------- */
 extern uintptr_t *slab_map;    /* entry: descriptor address - map address; 0: none */
 extern size_t slab_map_units;  /* 0 until reserved (or if it could not be) */
-void slab_map_init(void);      /* caller holds region_lock */
+void slab_map_init(void);      /* tries once; caller holds region_lock */
 bool slab_map_add_region(const hak_region_t *r);
 void slab_map_remove_region(const hak_region_t *r);
 void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live);

@@ -28,8 +28,12 @@ _Static_assert(MAP_PAGE_BYTES % 4096 == 0, "a region's entries must fill whole p
 _Static_assert(sizeof(hak_slab_t) <= UNITS_PER_REGION * sizeof(uintptr_t),
                "the zero descriptor must lie in the entries of region 0");
 
+/* Once: regions mapped without the map have no writable entries, so a map reserved
+ * later could not describe them. */
 void slab_map_init(void) {
-  if (slab_map != NULL) return;
+  static bool tried;
+  if (tried) return;
+  tried = true;
   void *p = mmap(NULL, SLAB_MAP_UNITS * sizeof(uintptr_t), PROT_READ,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;
