@@ -28,6 +28,7 @@ SOURCES = {
     "large": "large_bench.c",
     "huge": "huge_bench.c",
     "memory_behaviour": "memory_behaviour.c",
+    "class_shift": "class_shift.c",
     "fastpath_loop": "fastpath_loop.c",
 }
 
@@ -119,6 +120,9 @@ BENCHMARKS = [
               {"smoke": {"mib": 16, "ms": 20, "keep": 100}, "quick": None,
                "full": {"mib": 512, "ms": 300, "keep": 100}},
               lambda s, t: [s["mib"], s["keep"], s["ms"], 1]),
+    Benchmark("class_shift", "class_shift",
+              {"smoke": {"mib": 4}, "quick": {"mib": 64}, "full": {"mib": 256}},
+              lambda s, t: [s["mib"], 90, 1]),
 ]
 
 CALLGRIND_LOOPS = [

@@ -366,6 +366,36 @@ static inline bool bench_touch_ok(const void *p, size_t size, size_t stride, uin
     return true;
 }
 
+/* A block of `size` bytes with a word written in every page, so that all its pages are
+ * resident; and its check and free (a workload failure if the words changed). */
+/* Fisher-Yates: the blocks in a random order. */
+static inline void bench_blocks_shuffle(bench_block *blocks, size_t n, bench_rng *rng)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = bench_rng_below(rng, i);
+        bench_block t = blocks[i - 1];
+        blocks[i - 1] = blocks[j];
+        blocks[j] = t;
+    }
+}
+
+enum { BENCH_PAGE = 4096 };
+
+static inline void bench_block_touched_new(bench_block *b, size_t size)
+{
+    b->size = size;
+    b->p = bench_check_alloc(malloc(size), size);
+    bench_touch(b->p, size, BENCH_PAGE, bench_tag(b->p, size));
+}
+
+static inline void bench_block_touched_free(bench_block *b)
+{
+    if (!bench_touch_ok(b->p, b->size, BENCH_PAGE, bench_tag(b->p, b->size)))
+        bench_fail("block %p of %zu bytes was overwritten", b->p, b->size);
+    free(b->p);
+    b->p = NULL;
+}
+
 /* ---- threads ------------------------------------------------------------------------- */
 
 /* Runs fn(args + i * stride) on n threads and waits for them all. */

@@ -14,23 +14,8 @@
  */
 #include "bench_common.h"
 
-enum { PAGE = 4096, RING = 1000, SMALL_MIN = 16, SMALL_MAX = 1040, MEDIUM_MIN = 1024,
+enum { RING = 1000, SMALL_MIN = 16, SMALL_MAX = 1040, MEDIUM_MIN = 1024,
        MEDIUM_MAX = 65536 };
-
-static void new_block(bench_block *b, size_t size)
-{
-    b->size = size;
-    b->p = bench_check_alloc(malloc(size), size);
-    bench_touch(b->p, size, PAGE, bench_tag(b->p, size));
-}
-
-static void free_block(bench_block *b)
-{
-    if (!bench_touch_ok(b->p, b->size, PAGE, bench_tag(b->p, b->size)))
-        bench_fail("block %p of %zu bytes was overwritten", b->p, b->size);
-    free(b->p);
-    b->p = NULL;
-}
 
 int main(int argc, char **argv)
 {
@@ -57,25 +42,20 @@ int main(int argc, char **argv)
         size_t size = bench_rng_below(&rng, 10) == 0
                           ? bench_rng_log_range(&rng, MEDIUM_MIN, MEDIUM_MAX)
                           : bench_rng_range(&rng, SMALL_MIN, SMALL_MAX);
-        new_block(&blocks[count++], size);
+        bench_block_touched_new(&blocks[count++], size);
         bytes += size;
     }
     ops += count;
     uint64_t rss_peak = bench_rss_kib();
 
     /* 2. free most of it, in random order */
-    for (size_t i = count; i > 1; i--) {
-        size_t j = bench_rng_below(&rng, i);
-        bench_block t = blocks[i - 1];
-        blocks[i - 1] = blocks[j];
-        blocks[j] = t;
-    }
+    bench_blocks_shuffle(blocks, count, &rng);
     size_t kept = 0;
     for (size_t i = 0; i < count; i++) {
         if (keep_every != 0 && i % keep_every == 0) {
             blocks[kept++] = blocks[i];
         } else {
-            free_block(&blocks[i]);
+            bench_block_touched_free(&blocks[i]);
             ops++;
         }
     }
@@ -84,23 +64,23 @@ int main(int argc, char **argv)
     /* 3. carry on with small blocks */
     bench_block ring[RING];
     for (int i = 0; i < RING; i++)
-        new_block(&ring[i], bench_rng_range(&rng, SMALL_MIN, SMALL_MAX));
+        bench_block_touched_new(&ring[i], bench_rng_range(&rng, SMALL_MIN, SMALL_MAX));
     ops += RING;
     double continue_end = bench_now() + continue_seconds;
     for (uint64_t step = 0;; step++) {
         if (step % 1024 == 0 && bench_now() >= continue_end)
             break;
         bench_block *b = &ring[step % RING];
-        free_block(b);
-        new_block(b, bench_rng_range(&rng, SMALL_MIN, SMALL_MAX));
+        bench_block_touched_free(b);
+        bench_block_touched_new(b, bench_rng_range(&rng, SMALL_MIN, SMALL_MAX));
         ops += 2;
     }
     uint64_t rss_after_continue = bench_rss_kib();
 
     for (int i = 0; i < RING; i++)
-        free_block(&ring[i]);
+        bench_block_touched_free(&ring[i]);
     for (size_t i = 0; i < kept; i++)
-        free_block(&blocks[i]);
+        bench_block_touched_free(&blocks[i]);
     ops += RING + kept;
     free(blocks);
     double seconds = bench_now() - start;
