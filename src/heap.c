@@ -175,6 +175,7 @@ static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c) {
 
 /* A full slab of ours that other threads have freed into, taken off the full list. */
 static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
+  if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed)) return NULL;
   hak_slab_queue_t *full = &h->full[c];
   hak_slab_t *s = full->head;
   for (int i = 0; s != NULL && i < limit; i++) {

@@ -128,6 +128,7 @@ uint32_t slab_carve_blocks(uint32_t size); /* blocks one carve makes */
 uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
 size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved blocks */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
+extern _Atomic bool slab_remote_seen; /* has any thread ever freed into another's slab? */
 hak_inline bool slab_has_remote(hak_slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL ||
          atomic_load_explicit(&s->remote_count, memory_order_relaxed) != 0;
