@@ -1,4 +1,4 @@
-/* Large blocks (> 128 KiB, up to a region's 511 free units): a span of units holding one
+/* Large blocks (> 128 KiB, up to half a region: 32 MiB): a span of units holding one
  * block, allocated and freed under region_lock and purged with the other free units.
  * Huge blocks (larger still): a mapping of their own, given back to the OS at free. */
 
@@ -128,7 +128,7 @@ _Atomic size_t huge_mapped_bytes;
  * needs a mapping of the same size takes one. Bigger ones are unmapped at free. The
  * list is under region_lock. */
 #define HUGE_KEEP_SLOTS 4
-#define HUGE_KEEP_MAX ((size_t)2 * REGION_SIZE)
+#define HUGE_KEEP_MAX ((size_t)64 << 20)
 #define HUGE_FREED_MAGIC 0x68616b6d656d4846ull /* "hakmemHF": kept after free */
 typedef struct huge_kept {
   uintptr_t base;

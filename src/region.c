@@ -1,4 +1,4 @@
-/* Regions: 32 MiB aligned mappings cut into 64 KiB units, the header's unit map that
+/* Regions: 64 MiB aligned mappings cut into 64 KiB units, the header's unit map that
  * takes any address in the region to its slab descriptor in one load (the slow paths';
  * free's fast path reads the same from slab_map.c), and purging of free units.
  * Everything here runs under region_lock except the lookups in internal.h. */
@@ -32,33 +32,43 @@ static size_t used_units;      /* units in spans */
 static size_t huge_used;       /* bytes of live huge mappings (large.c) */
 static size_t huge_kept;       /* bytes of freed huge blocks kept resident (large.c) */
 
-/* The highest use of the current and of the previous window of PEAK_WINDOW_MS. */
+/* The highest use, and the biggest block (span or huge block) allocated, in the
+ * current and in the previous window of PEAK_WINDOW_MS. */
 #define PEAK_WINDOW_MS 1000
 static size_t peak_now, peak_before;
+static size_t biggest_now, biggest_before;
 static uint64_t peak_window_ms;
 
 static size_t in_use_bytes(void) { return used_units * UNIT_SIZE + huge_used; }
 
-static void note_peak(void) {
+static void note_peak(size_t block_bytes) {
   size_t used = in_use_bytes();
   if (used > peak_now) peak_now = used;
+  if (block_bytes > biggest_now) biggest_now = block_bytes;
 }
 
 static void peak_window_tick(uint64_t now_ms) {
   if (now_ms - peak_window_ms < PEAK_WINDOW_MS) return;
   peak_before = peak_now;
   peak_now = in_use_bytes();
+  biggest_before = biggest_now;
+  biggest_now = 0;
   peak_window_ms = now_ms;
 }
 
 /* Free memory kept resident for reuse (until the purge delay) is bounded so that the
  * footprint, in use plus kept, stays under the recent peak of use: memory freed below
- * the peak is kept, because the peak is likely to come back. Besides, 8 MiB plus an
- * eighth of the memory in use may always be kept. Beyond that a freed span is purged
- * at once instead of after the delay. */
+ * the peak is kept, because the peak is likely to come back. Besides, an eighth of the
+ * memory in use may always be kept, and 8 MiB or the biggest recent block, whichever
+ * is more: freed blocks leave holes that the next blocks seldom fill exactly, and a
+ * program that churns blocks of tens of MiB without that slack purges memory it faults
+ * in again at once (large: 2x the page faults of never purging). Beyond that a freed
+ * span is purged at once instead of after the delay. */
 static size_t dirty_budget(void) {
   size_t used = in_use_bytes(), peak = peak_now > peak_before ? peak_now : peak_before;
-  return (peak > used ? peak - used : 0) + ((size_t)8 << 20) + used / 8;
+  size_t biggest = biggest_now > biggest_before ? biggest_now : biggest_before;
+  size_t slack = biggest > ((size_t)8 << 20) ? biggest : (size_t)8 << 20;
+  return (peak > used ? peak - used : 0) + slack + used / 8;
 }
 
 static bool over_dirty_budget(void) { return dirty_units * UNIT_SIZE + huge_kept > dirty_budget(); }
@@ -73,7 +83,7 @@ bool purge_budget_allows(size_t bytes) {
 void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept) {
   huge_used += (size_t)in_use;
   huge_kept += (size_t)kept;
-  note_peak();
+  note_peak(in_use > 0 ? (size_t)in_use : 0);
   if (in_use > 0 && hak_opt.purge_delay_ms > 0) purge_to_budget();
 }
 
@@ -307,7 +317,7 @@ hak_slab_t *region_alloc_span(size_t units) {
   bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
   r->free_units -= (uint32_t)units;
   used_units += units;
-  note_peak();
+  note_peak(units * UNIT_SIZE);
   /* New pages were touched while older free ones stay resident: keep within budget. */
   if (place.dirty < units && hak_opt.purge_delay_ms > 0) purge_to_budget();
   hak_slab_t *s = &r->slabs[first];
@@ -436,7 +446,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);
   used_units += want_end - end;
-  note_peak();
+  note_peak(new_units * UNIT_SIZE);
   s->units = (uint16_t)new_units;
   return new_units;
 }

@@ -5,7 +5,7 @@
  *
  * The map is 16 GiB of address space reserved read-only: no commit charge and no RSS,
  * since untouched pages read as the kernel's zero page. The one page that covers a region
- * (512 units, 4 KiB) is made writable when the region is mapped and dropped again when it
+ * (1024 units, 8 KiB) is made writable when the region is mapped and dropped again when it
  * is unmapped. An entry holds its descriptor's offset from the map's start, so a zero
  * entry leads to the map's first 128 bytes: the entries of the lowest megabyte of the
  * address space, where no region can lie, which stay zero and read as a descriptor no
@@ -22,7 +22,7 @@ uintptr_t *slab_map;
 size_t slab_map_units;
 
 #define SLAB_MAP_UNITS ((size_t)1 << (ADDRESS_BITS - UNIT_SHIFT))
-#define MAP_PAGE_BYTES (UNITS_PER_REGION * sizeof(uintptr_t)) /* 4 KiB: one region */
+#define MAP_PAGE_BYTES (UNITS_PER_REGION * sizeof(uintptr_t)) /* 8 KiB: one region */
 
 _Static_assert(MAP_PAGE_BYTES % 4096 == 0, "a region's entries must fill whole pages");
 _Static_assert(sizeof(hak_slab_t) <= UNITS_PER_REGION * sizeof(uintptr_t),

@@ -2,7 +2,7 @@
  *
  * Glossary (bottom-up, as the files are layered):
  *   unit    64 KiB of address space, the grain in which regions hand out memory.
- *   region  a 32 MiB, 32 MiB-aligned mapping (a "superslab"). Its first unit holds the
+ *   region  a 64 MiB, 64 MiB-aligned mapping (a "superslab"). Its first units hold the
  *           region header: the unit map and one slab descriptor per unit. Any address
  *           inside a region finds its slab with a mask and one load (region_slab_of).
  *   span    a run of free or used units inside one region.
@@ -55,14 +55,17 @@
 /* ---- geometry ------------------------------------------------------------------- */
 #define UNIT_SHIFT 16
 #define UNIT_SIZE ((size_t)1 << UNIT_SHIFT)
-#define REGION_SHIFT 25
+/* 64 MiB: a large block of up to 32 MiB leaves room in its region for others (in 32 MiB
+ * regions, a block of 16..32 MiB took a region of its own; churning such blocks, `large`
+ * faulted in twice the pages tcmalloc does). */
+#define REGION_SHIFT 26
 #define REGION_SIZE ((size_t)1 << REGION_SHIFT)
 #define REGION_MASK (REGION_SIZE - 1)
-#define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 512 */
+#define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 1024 */
 /* What a free unit has written is tracked in 4 KiB steps (touched_pages). */
 #define TOUCH_SHIFT 12
-/* Units 0 and 1 hold the header; the hardened build keeps the last unit as a guard. */
-#define REGION_HEADER_UNITS 2
+/* Units 0..2 hold the header; the hardened build keeps the last unit as a guard. */
+#define REGION_HEADER_UNITS 3
 #define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
 
 /* The region map covers the 47-bit user address space, one byte per region. */
@@ -84,7 +87,9 @@ enum region_map_kind {
 #define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
 #define DIRECT_SLOTS (TINY_MAX / 16 + 1)
-#define LARGE_MAX (REGION_MAX_SPAN_UNITS * UNIT_SIZE)
+/* Large spans live inside regions up to half a region; bigger blocks get a mapping of
+ * their own, which realloc can grow by moving pages instead of copying them. */
+#define LARGE_MAX (REGION_SIZE / 2)
 #define SLAB_MAX_UNITS 16 /* the largest mid class: 8 blocks of 128 KiB */
 
 /* ---- owner word values ---------------------------------------------------------- */
@@ -151,7 +156,7 @@ typedef struct hak_slab_queue {
 typedef struct hak_region {
   uint64_t magic;
   struct hak_region *next, *prev; /* all regions */
-  uint32_t free_units;            /* units 1..511 not in any span */
+  uint32_t free_units;            /* units past the header not in any span */
   uint32_t dirty_free_units;      /* free units that may still hold committed pages */
   uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
   uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
