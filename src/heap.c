@@ -10,7 +10,7 @@
 /* The empty slab and heap make "no heap yet" look like "free list empty": the fast
  * path needs no initialisation check. */
 hak_slab_t hak_slab_empty = {.owner = OWNER_NONE};
-hak_heap_t hak_heap_empty = {.direct = {[0 ... DIRECT_SLOTS - 1] = &hak_slab_empty}};
+hak_heap_t hak_heap_empty = {.direct = {[0 ... ALL_DIRECT_SLOTS - 1] = &hak_slab_empty}};
 __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
 
 pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -74,11 +74,14 @@ static void heap_head_changed(hak_heap_t *h, uint32_t c) {
       heap_release_slab(h, old);
     }
   }
-  if (c < TINY_CLASSES) { /* point the fast path's direct slots at the head */
-    hak_slab_t *d = head ? head : &hak_slab_empty;
+  /* Point the fast paths' direct slots at the head. */
+  hak_slab_t *d = head ? head : &hak_slab_empty;
+  if (c < TINY_CLASSES) {
     size_t lo = c == 0 ? 0 : class_size[c - 1] / 16 + 1;
     size_t hi = class_size[c] / 16;
     for (size_t i = lo; i <= hi; i++) h->direct[i] = d;
+  } else if (c < TINY_CLASSES + MID_DIRECT_CLASSES) {
+    h->direct[class_direct_slot(c)] = d;
   }
 }
 
@@ -136,7 +139,7 @@ hak_heap_t *heap_get(void) {
   if (h != &hak_heap_empty) return h;
   h = heap_struct_alloc();
   if (h == NULL) return NULL;
-  for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
+  for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
   hak_tls_heap = h;
   atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
@@ -174,8 +177,7 @@ static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c) {
 }
 
 /* A full slab of ours that other threads have freed into, taken off the full list. */
-static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
-  if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed)) return NULL;
+static hak_noinline hak_slab_t *heap_reclaim_full_scan(hak_heap_t *h, uint32_t c, int limit) {
   hak_slab_queue_t *full = &h->full[c];
   hak_slab_t *s = full->head;
   for (int i = 0; s != NULL && i < limit; i++) {
@@ -194,6 +196,12 @@ static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
     s = next;
   }
   return NULL;
+}
+
+hak_inline hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
+  if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed) || h->full[c].head == NULL)
+    return NULL;
+  return heap_reclaim_full_scan(h, c, limit);
 }
 
 /* The slab to take over from the queue head s, or NULL: one of the next few slabs that
@@ -215,7 +223,7 @@ static hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
 #define REUSE_SCAN_LIMIT 8
 static hak_slab_t *queue_next_head(hak_slab_t *s) {
   hak_slab_t *best = NULL;
-  uint32_t enough = 2 * slab_carve_blocks(s->block_size);
+  uint32_t enough = 2 * class_carve[s->class_idx];
   if (enough < 8 && s->reserved >= 16) enough = 8;
   s = s->next;
   if (s != NULL && s->capacity - s->used >= enough) return s;
@@ -276,7 +284,7 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
     slab_collect(s);
     if (s->free) break;
     /* Blocks other threads gave back come before carving new memory. */
-    hak_slab_t *back = h->full[c].head ? heap_reclaim_full(h, c, PRE_CARVE_SCAN_LIMIT) : NULL;
+    hak_slab_t *back = heap_reclaim_full(h, c, PRE_CARVE_SCAN_LIMIT);
     if (back != NULL) {
       queue_push_front(q, back);
       s = back;
@@ -328,7 +336,8 @@ void *heap_malloc_slow(size_t n) {
   } else {
     return heap_malloc_generic(n);
   }
-  /* The common refill: the owner's own frees become the allocation list. */
+  /* The hardened build's common refill: the owner's own frees become the allocation
+   * list. */
   hak_block_t *b = s->local_free;
   if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
     s->local_free = NULL;
@@ -494,16 +503,20 @@ void heap_free_slow(void *p, hak_slab_t *s) {
     else slab_remote_push(s, b, b, 1);
     return;
   }
-  block_set_next(b, s->local_free);
+  /* Onto the list malloc pops, as the fast path does: a block on local_free would cost
+   * the slab's next turn as head one more refill. The hardened build's frees all go to
+   * local_free. */
+  hak_block_t **list = HAKMEM_SECURE ? &s->local_free : &s->free;
+  block_set_next(b, *list);
   b->free_tag = tag;
-  s->local_free = b;
+  *list = b;
   s->used--;
   if (owner & SLAB_FULL) { /* it has room again: back to the class queue */
     uint32_t c = s->class_idx;
     queue_remove(&h->full[c], s);
     queue_push_back(&h->queue[c], s);
     __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
-    heap_head_changed(h, c);
+    if (h->queue[c].head == s) heap_head_changed(h, c); /* the queue was empty */
   }
   if (s->used == 0) heap_slab_emptied(h, s);
 }

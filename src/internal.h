@@ -34,17 +34,19 @@ void options_init(void);
 /* ---- size_class.c -------------------------------------------------------------- */
 extern uint32_t class_size[NUM_CLASSES];
 extern uint8_t class_units[NUM_CLASSES];
+extern uint16_t class_carve[NUM_CLASSES]; /* blocks one carve of a slab makes */
 extern uint8_t class_of_direct[DIRECT_SLOTS];
 extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned to this */
 /* The first class >= c whose blocks are all aligned to 1 << bits (NUM_CLASSES: none),
  * for alignments 32 .. MID_MAX. */
 #define ALIGN_BITS_MAX 17
 extern uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
-/* For sizes in (16 j, 16 j + 16] and alignment 1 << bits, both at most TINY_MAX: the
- * direct slot (class size / 16) of the first class >= class_of_direct[j + 1] aligned to
- * 1 << bits. (Rows of 64: an alignment is at least 1, so a size of 0 is never asked.) */
-#define TINY_ALIGN_BITS_MAX 10
-extern uint8_t aligned_direct[TINY_ALIGN_BITS_MAX + 1][TINY_MAX / 16];
+/* For sizes in (16 j, 16 j + 16] and alignment 1 << bits, both at most
+ * ALIGNED_DIRECT_MAX: the direct slot (class_direct_slot) of the first class at least
+ * that size aligned to 1 << bits. (An alignment is at least 1, so a size of 0 is never
+ * asked.) */
+#define ALIGNED_DIRECT_BITS_MAX 12
+extern uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 16];
 void size_class_init(void);
 
 hak_inline uint32_t size_to_class(size_t n) {
@@ -52,6 +54,13 @@ hak_inline uint32_t size_to_class(size_t n) {
   size_t m = n - 1;
   unsigned bit = 63u - (unsigned)__builtin_clzl(m);
   return (uint32_t)(TINY_CLASSES + (bit - 10) * 4 + ((m >> (bit - 2)) & 3));
+}
+
+/* The heap's direct slot that points at class c's head, for c below
+ * TINY_CLASSES + MID_DIRECT_CLASSES: a tiny class's last size step, or a mid class's
+ * own slot after them. */
+hak_inline size_t class_direct_slot(uint32_t c) {
+  return c < TINY_CLASSES ? class_size[c] / 16 : DIRECT_SLOTS + (c - TINY_CLASSES);
 }
 
 /* ---- region.c ------------------------------------------------------------------ */
@@ -124,14 +133,19 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 /* ---- slab.c -------------------------------------------------------------------- */
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
-uint32_t slab_carve_blocks(uint32_t size); /* blocks one carve makes */
-uint32_t slab_collect(hak_slab_t *s);     /* move local and remote frees to `free` */
+uint32_t slab_collect_slow(hak_slab_t *s);
 size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved blocks */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
 extern _Atomic bool slab_remote_seen; /* has any thread ever freed into another's slab? */
 hak_inline bool slab_has_remote(hak_slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL ||
          atomic_load_explicit(&s->remote_count, memory_order_relaxed) != 0;
+}
+/* Moves local and remote frees to `free`; returns the remote frees accounted. Mostly
+ * there is nothing to move: that is decided here, without a call. */
+hak_inline uint32_t slab_collect(hak_slab_t *s) {
+  if (s->local_free == NULL && !slab_has_remote(s)) return 0;
+  return slab_collect_slow(s);
 }
 void slab_check(const hak_slab_t *s); /* debug level 2 */
 extern uintptr_t hak_cookie;
@@ -159,20 +173,26 @@ hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
 /* Every 256th malloc from a slab: deferred work if due; returns b (never NULL, which
  * lets callers that check for NULL after a pop skip the check on this path). */
 __attribute__((returns_nonnull)) void *heap_malloc_tick(void *b);
-/* Takes b, the head of s->free, off the list and hands it out. */
-hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
+/* Takes b, the head of s->free, off the list; *wrapped: the caller must pass it to
+ * heap_malloc_tick before handing it out. */
+hak_inline void *slab_pop_counted(hak_slab_t *s, hak_block_t *b, bool *wrapped) {
   hak_block_t *n = block_next(b);
   if (HAKMEM_SECURE) slab_check_link(s, n);
-  bool wrapped;
 #if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
   /* One add to memory and a branch on its carry (the compiler would load, add, store);
    * b is pinned to the return register, saving a move. */
-  __asm__("addl %3, %0" : "+m"(s->used_ticks), "=@ccc"(wrapped), "+a"(b) : "i"(SLAB_USED_TICK));
+  __asm__("addl %3, %0" : "+m"(s->used_ticks), "=@ccc"(*wrapped), "+a"(b) : "i"(SLAB_USED_TICK));
 #else
-  wrapped = __builtin_add_overflow(s->used_ticks, (uint32_t)SLAB_USED_TICK, &s->used_ticks);
+  *wrapped = __builtin_add_overflow(s->used_ticks, (uint32_t)SLAB_USED_TICK, &s->used_ticks);
 #endif
   s->free = n;
   b->free_tag = 0;
+  return b;
+}
+/* Takes b, the head of s->free, off the list and hands it out. */
+hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
+  bool wrapped;
+  b = slab_pop_counted(s, b, &wrapped);
   if (hak_unlikely(wrapped)) return heap_malloc_tick(b);
   return b;
 }

@@ -3,12 +3,15 @@
  * steps between 64 and 128 bytes 16 bytes wide). Mid (<= 128 KiB): 4 per doubling. */
 #include "internal.h"
 
+#include <string.h>
+
 uint32_t class_size[NUM_CLASSES];
 uint8_t class_units[NUM_CLASSES];
+uint16_t class_carve[NUM_CLASSES];
 uint8_t class_of_direct[DIRECT_SLOTS];
 uint32_t class_align[NUM_CLASSES];
 uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
-uint8_t aligned_direct[TINY_ALIGN_BITS_MAX + 1][TINY_MAX / 16];
+uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 16];
 
 static uint32_t tiny_size(unsigned c) {
   if (c < 16) return 16 * (c + 1);        /* 16 .. 256 */
@@ -19,6 +22,23 @@ static uint32_t tiny_size(unsigned c) {
 static uint32_t mid_size(unsigned k) {
   unsigned bit = 10 + k / 4;
   return (1u << bit) + (k % 4 + 1) * (1u << (bit - 2));
+}
+
+/* Slabs carve a page's worth of blocks at a time: carving writes a link into every
+ * block, so what is carved is resident, and first touch stays proportional to use.
+ * Small blocks come at least 8 at a time (8 KiB of the largest): a thread cycling
+ * through a few blocks takes the refill path once per round of the blocks it has, so
+ * fewer would cost it instructions. Each class's last carve overshoots its peak by half
+ * a carve on average, once per class and heap: 8 rather than 16 took 30-70 KiB off the
+ * peak RSS of calloc, producer_consumer t=2 and thread_churn t=1 (1-2%) for +0.1% of
+ * their instructions. Mid blocks come a page's worth or one at a time. */
+#define EXTEND_BYTES 4096
+#define EXTEND_MIN_BLOCKS 8
+
+static uint32_t carve_blocks(uint32_t size) {
+  uint32_t n = EXTEND_BYTES / size;
+  if (size <= TINY_MAX && n < EXTEND_MIN_BLOCKS) return EXTEND_MIN_BLOCKS;
+  return n > 1 ? n : 1;
 }
 
 /* Blocks end at the slab's end; the remainder is a gap before block 0. The hardened
@@ -37,6 +57,7 @@ void size_class_init(void) {
     unsigned units = 1;
     while ((units * UNIT_SIZE) / size < 8) units *= 2;
     class_units[c] = (uint8_t)units;
+    class_carve[c] = (uint16_t)carve_blocks(size);
     /* Blocks start after a head gap of (slab bytes mod size), so their alignment is the
      * lowest set bit of both the size and the gap. */
     size_t gap = slab_gap(units, size);
@@ -58,8 +79,21 @@ void size_class_init(void) {
     while (class_size[c] < n) c++;
     class_of_direct[i] = (uint8_t)c;
   }
-  /* The 1 KiB class is 1 KiB-aligned, so every tiny request has a tiny class here. */
-  for (unsigned bits = 0; bits <= TINY_ALIGN_BITS_MAX; bits++)
-    for (unsigned j = 0; j < TINY_MAX / 16; j++)
-      aligned_direct[bits][j] = (uint8_t)(class_size[class_aligned_from[bits][class_of_direct[j + 1]]] / 16);
+  /* The 4 KiB class is 4 KiB-aligned, so every request here has a class with a slot.
+   * This runs at every process start, so it fills a class's run of size steps at a
+   * time, and skips the steps below the alignment (a request is at least that big). */
+  HAK_ASSERT(class_size[TINY_CLASSES + MID_DIRECT_CLASSES - 1] == ALIGNED_DIRECT_MAX);
+  for (unsigned bits = 4; bits <= ALIGNED_DIRECT_BITS_MAX; bits++) {
+    unsigned j = (1u << bits) / 16 - 1;
+    for (c = size_to_class((size_t)(j + 1) * 16); j < ALIGNED_DIRECT_MAX / 16; c++) {
+      uint32_t a = class_aligned_from[bits][c];
+      HAK_ASSERT(a < TINY_CLASSES + MID_DIRECT_CLASSES);
+      unsigned end = class_size[c] / 16;
+      memset(&aligned_direct[bits][j], (int)class_direct_slot(a), end - j);
+      j = end;
+    }
+  }
+  /* Every class is 16-byte aligned: smaller alignments choose as 16 does. */
+  for (unsigned bits = 0; bits < 4; bits++)
+    memcpy(aligned_direct[bits], aligned_direct[4], sizeof aligned_direct[4]);
 }

@@ -12,24 +12,8 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   hak_fatal_at("corrupted free list (write after free?) at", link);
 }
 
-/* Carve a page's worth of blocks at a time: carving writes a link into every block, so
- * what is carved is resident, and first touch stays proportional to use. Small blocks
- * come at least 8 at a time (8 KiB of the largest): a thread cycling through a few
- * blocks takes the refill path once per round of the blocks it has, so fewer would
- * cost it instructions. Each class's last carve overshoots its peak by half a carve
- * on average, once per class and heap: 8 rather than 16 took 30-70 KiB off the peak
- * RSS of calloc, producer_consumer t=2 and thread_churn t=1 (1-2%) for +0.1% of their
- * instructions. Mid blocks come a page's worth or one at a time. */
-#define EXTEND_BYTES 4096
-#define EXTEND_MIN_BLOCKS 8
 /* Stale pages of a reused span fewer than this are left for carving to reuse. */
 #define STALE_PURGE_MIN 16384
-
-uint32_t slab_carve_blocks(uint32_t size) {
-  uint32_t n = EXTEND_BYTES / size;
-  if (size <= TINY_MAX && n < EXTEND_MIN_BLOCKS) return EXTEND_MIN_BLOCKS;
-  return n > 1 ? n : 1;
-}
 
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   uint32_t size = class_size[class_idx];
@@ -68,7 +52,7 @@ size_t slab_trim_stale(hak_slab_t *s) {
 
 bool slab_extend(hak_slab_t *s) {
   if (s->capacity >= s->reserved) return false;
-  uint32_t n = slab_carve_blocks(s->block_size);
+  uint32_t n = class_carve[s->class_idx];
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
   s->capacity += n;
@@ -95,7 +79,7 @@ bool slab_extend(hak_slab_t *s) {
  * list, so the count never runs ahead of the blocks taken: `used` may stay high until
  * the next collection, never low, and the remote chain is never walked (its blocks
  * are cold in this thread's cache; the next malloc touches them once). */
-uint32_t slab_collect(hak_slab_t *s) {
+uint32_t slab_collect_slow(hak_slab_t *s) {
   uint32_t taken = 0;
   if (slab_has_remote(s)) {
     taken = atomic_exchange_explicit(&s->remote_count, 0, memory_order_acquire);

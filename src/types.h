@@ -87,6 +87,11 @@ enum region_map_kind {
 #define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
 #define DIRECT_SLOTS (TINY_MAX / 16 + 1)
+/* Aligned allocation up to this size (and so alignment) goes through direct slots: the
+ * tiny ones, and one more per mid class up to it (1280 .. 4096), after them. */
+#define ALIGNED_DIRECT_MAX 4096
+#define MID_DIRECT_CLASSES 8
+#define ALL_DIRECT_SLOTS (DIRECT_SLOTS + MID_DIRECT_CLASSES)
 /* Large spans live inside regions up to half a region; bigger blocks get a mapping of
  * their own, which realloc can grow by moving pages instead of copying them. */
 #define LARGE_MAX (REGION_SIZE / 2)
@@ -121,8 +126,9 @@ typedef struct hak_slab {
   _Atomic uint32_t remote_count; /* added after each push, so collecting needs no walk */
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
-  hak_block_t *local_free;  /* the owner's frees that took the slow path (a full slab),
-                               and the hardened build's blocks out of quarantine */
+  hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
+                               path and its blocks out of quarantine (the default build
+                               puts every owner's free on `free`) */
   /* `used` and a count of mallocs in one word, bumped by one add whose carry out of
    * the top byte, every 256 mallocs from the slab, sends malloc to look at the clock
    * for deferred work: the owner's frees go straight back on the list malloc pops, so
@@ -182,10 +188,10 @@ typedef struct hak_span_cache {
 } hak_span_cache_t;
 
 typedef struct hak_heap {
-  /* Fast path: current slab for each 16-byte size step <= 1 KiB. Never NULL: an empty
-   * queue points at the static empty slab, so "no heap yet" and "refill" are the same
-   * miss. */
-  hak_slab_t *direct[DIRECT_SLOTS];
+  /* Fast path: current slab for each 16-byte size step <= 1 KiB, then for each mid class
+   * <= ALIGNED_DIRECT_MAX (aligned allocation's). Never NULL: an empty queue points at
+   * the static empty slab, so "no heap yet" and "refill" are the same miss. */
+  hak_slab_t *direct[ALL_DIRECT_SLOTS];
   hak_slab_queue_t queue[NUM_CLASSES]; /* slabs with (possibly) free blocks */
   hak_slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
   hak_slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
