@@ -62,7 +62,7 @@ static void peak_window_tick(uint64_t now_ms) {
  * memory in use may always be kept, and 8 MiB or the biggest recent block, whichever
  * is more: freed blocks leave holes that the next blocks seldom fill exactly, and a
  * program that churns blocks of tens of MiB without that slack purges memory it faults
- * in again at once (large: 2x the page faults of never purging). Beyond that a freed
+ * in again at once (large: 1.8x the page faults of never purging). Beyond that a freed
  * span is purged at once instead of after the delay. */
 static size_t dirty_budget(void) {
   size_t used = in_use_bytes(), peak = peak_now > peak_before ? peak_now : peak_before;

@@ -4,9 +4,9 @@
  * first: 13 instructions where this takes 7).
  *
  * The map is 16 GiB of address space reserved read-only: no commit charge and no RSS,
- * since untouched pages read as the kernel's zero page. The one page that covers a region
- * (1024 units, 8 KiB) is made writable when the region is mapped and dropped again when it
- * is unmapped. An entry holds its descriptor's offset from the map's start, so a zero
+ * since untouched pages read as the kernel's zero page. The two pages that cover a region
+ * (1024 units, 8 KiB) are made writable when the region is mapped and dropped again when
+ * it is unmapped. An entry holds its descriptor's offset from the map's start, so a zero
  * entry leads to the map's first 128 bytes: the entries of the lowest megabyte of the
  * address space, where no region can lie, which stay zero and read as a descriptor no
  * heap owns (owner word OWNER_NONE). Units of a region that no slab covers keep zero
