@@ -337,8 +337,8 @@ void *heap_malloc_slow(size_t n) {
     return heap_malloc_generic(n);
   }
   /* The hardened build's common refill: the owner's own frees become the allocation
-   * list. */
-  hak_block_t *b = s->local_free;
+   * list. (The default build never fills local_free.) */
+  hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
   if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
     s->local_free = NULL;
     return slab_pop(s, b);
@@ -351,7 +351,7 @@ void *heap_alloc_class_refill(uint32_t c) {
   hak_slab_t *s = h->queue[c].head; /* NULL in the empty heap */
   if (s != NULL) {
     if (s->free != NULL) return slab_pop(s, s->free);
-    hak_block_t *b = s->local_free;
+    hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
     if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
       s->local_free = NULL;
       return slab_pop(s, b);

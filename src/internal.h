@@ -144,7 +144,7 @@ hak_inline bool slab_has_remote(hak_slab_t *s) {
 /* Moves local and remote frees to `free`; returns the remote frees accounted. Mostly
  * there is nothing to move: that is decided here, without a call. */
 hak_inline uint32_t slab_collect(hak_slab_t *s) {
-  if (s->local_free == NULL && !slab_has_remote(s)) return 0;
+  if ((!HAKMEM_SECURE || s->local_free == NULL) && !slab_has_remote(s)) return 0;
   return slab_collect_slow(s);
 }
 void slab_check(const hak_slab_t *s); /* debug level 2 */

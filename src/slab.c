@@ -1,5 +1,6 @@
 /* One slab: a span carved into blocks of one class, its three free lists (free for
- * allocation, local_free for the owner's frees, remote for everyone else's), and
+ * allocation and the owner's frees, local_free for the hardened build's owner frees,
+ * remote for everyone else's), and
  * lazy carving so that untouched blocks never become resident. */
 #include "internal.h"
 
