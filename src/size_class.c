@@ -56,16 +56,27 @@ size_t slab_gap(size_t units, uint32_t size) {
  * slots): 15% fewer D1 misses under cachegrind, 5% more throughput. Carving stays lazy:
  * peak RSS fell or held on the seven rows compared with 64 KiB tiny slabs (thread_churn
  * t=1 3.20 -> 3.00 MiB). But a slab of more blocks empties less often:
- * memory_behaviour_keep1pct keeps 105 MiB, not 78. */
+ * memory_behaviour_keep1pct keeps 105 MiB, not 78.
+ * The same holds for the mid classes that have a direct slot (up to 4 KiB, popped by
+ * aligned allocation's fast path): at least 64 blocks, up to 4 units for 4 KiB.
+ * bench_aligned (4096 slots) under cachegrind: 5.51M -> 5.20M D1 misses, 228.9M ->
+ * 221.3M instructions; +5% throughput; peak RSS 5.05 -> 5.2 MiB; memory_behaviour_keep1pct
+ * keeps 111 MiB after continuing, not 105. */
 #define TINY_SLAB_BLOCKS 256
+#define MID_DIRECT_SLAB_BLOCKS 64
 #define MID_SLAB_BLOCKS 8
+
+static unsigned slab_min_blocks(unsigned c) {
+  if (c < TINY_CLASSES) return TINY_SLAB_BLOCKS;
+  return c < TINY_CLASSES + MID_DIRECT_CLASSES ? MID_DIRECT_SLAB_BLOCKS : MID_SLAB_BLOCKS;
+}
 
 void size_class_init(void) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     uint32_t size = c < TINY_CLASSES ? tiny_size(c) : mid_size(c - TINY_CLASSES);
     class_size[c] = size;
     unsigned units = 1;
-    while ((units * UNIT_SIZE) / size < (c < TINY_CLASSES ? TINY_SLAB_BLOCKS : MID_SLAB_BLOCKS))
+    while ((units * UNIT_SIZE) / size < slab_min_blocks(c))
       units *= 2;
     class_units[c] = (uint8_t)units;
     class_carve[c] = (uint16_t)carve_blocks(size);
