@@ -138,8 +138,7 @@ size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
 extern _Atomic bool slab_remote_seen; /* has any thread ever freed into another's slab? */
 hak_inline bool slab_has_remote(hak_slab_t *s) {
-  return atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL ||
-         atomic_load_explicit(&s->remote_count, memory_order_relaxed) != 0;
+  return atomic_load_explicit(&s->remote, memory_order_relaxed) != 0;
 }
 /* Moves local and remote frees to `free`; returns the remote frees accounted. Mostly
  * there is nothing to move: that is decided here, without a call. */

@@ -30,8 +30,7 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   s->used = 0;
   s->free = NULL;
   s->local_free = NULL;
-  atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
-  atomic_store_explicit(&s->remote_count, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   s->next = s->prev = NULL;
   __atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
 }
@@ -75,16 +74,16 @@ bool slab_extend(hak_slab_t *s) {
 }
 
 /* Moves other threads' and the owner's frees onto the allocation list. Returns the
- * number of remote frees accounted (they were still counted in `used`).
- * Pushers add to remote_count after their push, and the count is taken before the
- * list, so the count never runs ahead of the blocks taken: `used` may stay high until
- * the next collection, never low, and the remote chain is never walked (its blocks
- * are cold in this thread's cache; the next malloc touches them once). */
+ * number of remote frees accounted (they were still counted in `used`). One exchange
+ * takes the list and its count together, so `used` is exact afterwards, and the remote
+ * chain is never walked unless free blocks are already listed (its blocks are cold in
+ * this thread's cache; the next malloc touches them once). */
 uint32_t slab_collect_slow(hak_slab_t *s) {
   uint32_t taken = 0;
   if (slab_has_remote(s)) {
-    taken = atomic_exchange_explicit(&s->remote_count, 0, memory_order_acquire);
-    hak_block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
+    uintptr_t word = atomic_exchange_explicit(&s->remote, 0, memory_order_acquire);
+    hak_block_t *list = (hak_block_t *)(word & REMOTE_LIST_MASK);
+    taken = (uint32_t)(word >> REMOTE_COUNT_SHIFT);
     if (list != NULL) {
       if (s->free != NULL) {
         hak_block_t *t = list;
@@ -117,12 +116,12 @@ _Atomic bool slab_remote_seen;
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count) {
   if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
     atomic_store_explicit(&slab_remote_seen, true, memory_order_relaxed);
-  hak_block_t *old = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), word;
   do {
-    block_set_next(tail, old);
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, head, memory_order_release,
+    block_set_next(tail, (hak_block_t *)(old & REMOTE_LIST_MASK));
+    word = (uintptr_t)head | ((old & ~REMOTE_LIST_MASK) + ((uintptr_t)count << REMOTE_COUNT_SHIFT));
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, word, memory_order_release,
                                                   memory_order_relaxed));
-  atomic_fetch_add_explicit(&s->remote_count, count, memory_order_release);
 }
 
 /* Debug level 2: the whole slab is consistent. Every free block is inside the carved
@@ -140,8 +139,8 @@ void slab_check(const hak_slab_t *s) {
       if (++listed > s->capacity) hak_fatal_pointer("corrupt free list (a cycle)", "slab_check", s);
     }
   }
-  /* `used` may run ahead of the truth while remote counts are in flight (see
-   * slab_collect), so listed + used can exceed the capacity for a moment; `used`
-   * alone never can (+1: the pin of a queue head). */
-  if (s->used > s->capacity + 1) hak_fatal_pointer("slab counts disagree", "slab_check", s);
+  /* Every carved block is listed or out (remote frees count as out until collected),
+   * and the queue head's pin adds one. */
+  if (listed + s->used < s->capacity || listed + s->used > s->capacity + 1)
+    hak_fatal_pointer("slab counts disagree", "slab_check", s);
 }

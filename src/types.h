@@ -104,6 +104,14 @@ enum region_map_kind {
 #define OWNER_LARGE ((uintptr_t)0x20)     /* one large block; freed on the slow path */
 #define OWNER_CACHED ((uintptr_t)0x30)    /* a free span in a heap's span cache */
 
+/* The remote list word: block addresses fit in ADDRESS_BITS, and the count of a slab's
+ * blocks in the 16 bits above (like `used`: a slab holds at most UNIT_SIZE / 16). */
+#define REMOTE_COUNT_SHIFT 48
+#define REMOTE_LIST_MASK (((uintptr_t)1 << REMOTE_COUNT_SHIFT) - 1)
+_Static_assert(ADDRESS_BITS <= REMOTE_COUNT_SHIFT, "block addresses must leave the count's bits free");
+_Static_assert(UNIT_SIZE / 16 < ((uintptr_t)1 << (64 - REMOTE_COUNT_SHIFT)),
+               "a slab's blocks must fit the remote count");
+
 typedef struct hak_block {
   struct hak_block *next;
   uintptr_t free_tag; /* address ^ cookie while the block is free; 0 once allocated */
@@ -122,8 +130,10 @@ typedef struct hak_slab {
   uint64_t start_magic;     /* start * div_magic: a block start has
                                a * div_magic - start_magic < div_magic */
   uintptr_t start;          /* address of block 0 (a large block's user pointer) */
-  _Atomic(hak_block_t *) remote; /* frees from other threads */
-  _Atomic uint32_t remote_count; /* added after each push, so collecting needs no walk */
+  /* Frees from other threads: the list's head, with the number of blocks on it in the
+   * top bits (see REMOTE_COUNT_SHIFT), so that one compare-and-swap pushes a chain and
+   * counts it, and one exchange takes both. */
+  _Atomic uintptr_t remote;
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
   hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
