@@ -154,31 +154,26 @@ static void heap_release_slab(hak_heap_t *h, hak_slab_t *s) {
   span_cache_put(h, s, os_now_ms());
 }
 
-/* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c and makes the fullest
- * one with room h's. An empty one qualifies too, last, so that a new thread takes over
- * the blocks an exited one carved rather than carving a span of another class's pages
- * again. Taking the first with room instead kept every slab of the list in use: each was
- * adopted again, refilled and abandoned again before its old blocks were all freed, so
- * none ever emptied, and larson t=2 spread its lanes' blocks over up to 192 abandoned
- * slabs (6.3 MiB written for 1 MiB live). The fullest first lets the others drain and go
- * back to their regions, and keeps the live blocks dense: larson t=2 ran 15-22% faster
- * in three sets of interleaved runs (t=1: within the noise). Caller holds region_lock. */
+/* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c: the first with room
+ * becomes h's — an empty one too, so that a new thread takes over the blocks an exited
+ * one carved rather than carving a span of another class's pages again. Caller holds
+ * region_lock. */
 #define ABANDONED_SCAN_LIMIT 16
 static hak_slab_t *adopt_locked(hak_heap_t *h, uint32_t c) {
-  hak_slab_t *best = NULL;
   hak_slab_t *s = abandoned[c].head;
-  for (int i = 0; s != NULL && i < ABANDONED_SCAN_LIMIT; i++, s = s->next) {
+  for (int i = 0; s != NULL && i < ABANDONED_SCAN_LIMIT; i++) {
+    hak_slab_t *next = s->next;
     slab_collect(s);
-    bool room = s->free != NULL || s->capacity < s->reserved;
-    if (room && (best == NULL || s->used > best->used)) best = s;
+    if (s->free != NULL || s->capacity < s->reserved) {
+      queue_remove(&abandoned[c], s);
+      s->aux = 0;
+      __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+      atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
+      return s;
+    }
+    s = next;
   }
-  if (best != NULL) {
-    queue_remove(&abandoned[c], best);
-    best->aux = 0;
-    __atomic_store_n(&best->owner, (uintptr_t)h, __ATOMIC_RELEASE);
-    atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
-  }
-  return best;
+  return NULL;
 }
 
 /* A full slab of ours that other threads have freed into, taken off the full list. */
