@@ -740,7 +740,8 @@ static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint
   size_t limit = q->count + 1;
   for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next) {
     /* Neither the pin nor frees waiting in the remote list are live blocks. */
-    uint32_t waiting = (uint32_t)(atomic_load_explicit(&s->remote, memory_order_relaxed) >> REMOTE_COUNT_SHIFT);
+    uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
+    uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT);
     uint32_t live = s->used - (s == pinned);
     used[c] += live > waiting ? live - waiting : 0;
     slabs[c]++;
