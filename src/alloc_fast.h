@@ -56,6 +56,7 @@ hak_inline void fast_free(void *p) {
       block_set_next(b, s->free);
       b->free_tag = block_free_tag(s);
       s->free = b;
+      hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
       if (hak_likely(--s->used != 0)) return;
       heap_slab_emptied(h, s);
       return;

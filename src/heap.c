@@ -113,6 +113,7 @@ static hak_heap_t *heap_struct_alloc(void) {
   }
   if (h) {
     memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->lock, NULL);
     h->all_next = heaps_all;
     if (heaps_all) heaps_all->all_prev = h;
     heaps_all = h;
@@ -265,18 +266,16 @@ static void heap_deferred_if_due(hak_heap_t *h) {
   if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
 }
 
-/* The refill path: the current slab of class c has nothing on its free list. */
-void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
+/* The refill path: the current slab of class c has nothing on its free list. Returns
+ * the new head with blocks listed, or NULL. Caller holds h->lock. */
+static hak_slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
   hak_slab_queue_t *q = &h->queue[c];
   hak_slab_t *s;
   for (;;) {
     s = q->head;
     if (s == NULL) {
       s = heap_new_slab(h, c);
-      if (s == NULL) {
-        errno = ENOMEM;
-        return NULL;
-      }
+      if (s == NULL) return NULL;
       queue_push_front(q, s);
       break;
     }
@@ -310,13 +309,23 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
     queue_push_back(&h->full[c], s);
     __atomic_store_n(&s->owner, (uintptr_t)h | SLAB_FULL, __ATOMIC_RELEASE);
   }
-  if (s->free == NULL && !slab_extend(s)) {
-    errno = ENOMEM;
-    return NULL;
-  }
+  if (s->free == NULL && !slab_extend(s)) return NULL;
   heap_head_changed(h, c);
   HAK_ASSERT(slab_owner(s) == (uintptr_t)h && s->class_idx == c);
   if (HAKMEM_DEBUG >= 2) slab_check(s);
+  return s;
+}
+
+void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
+  pthread_mutex_lock(&h->lock);
+  hak_slab_t *s = heap_refill_locked(h, c);
+  pthread_mutex_unlock(&h->lock);
+  if (s == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  /* The head is the owner's alone: popped outside the lock, whose holder must not run
+   * the deferred work a pop may call for. */
   return slab_pop(s, s->free);
 }
 
@@ -383,9 +392,12 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
   HAK_ASSERT(s->used == 0 && h->pinned[s->class_idx] != s);
   if (HAKMEM_DEBUG >= 2) slab_check(s);
-  /* Never the queue head: the pin keeps its count above zero. */
+  /* Never the queue head: the pin keeps its count above zero. Nor taken by
+   * heap_reclaim_idle: with no block out, it had no remote free to wait for. */
+  pthread_mutex_lock(&h->lock);
   queue_remove(&h->queue[s->class_idx], s);
   heap_release_slab(h, s);
+  pthread_mutex_unlock(&h->lock);
 }
 
 void *heap_malloc_tick(void *b) {
@@ -507,18 +519,117 @@ void heap_free_slow(void *p, hak_slab_t *s) {
    * the slab's next turn as head one more refill. The hardened build's frees all go to
    * local_free. */
   hak_block_t **list = HAKMEM_SECURE ? &s->local_free : &s->free;
+  /* A full slab moves lists: locked before its count drops, or heap_reclaim_idle
+   * could take it off the full list first. */
+  bool full = owner & SLAB_FULL;
+  if (full) pthread_mutex_lock(&h->lock);
   block_set_next(b, *list);
   b->free_tag = tag;
   *list = b;
+  hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
   s->used--;
-  if (owner & SLAB_FULL) { /* it has room again: back to the class queue */
+  if (full) { /* it has room again: back to the class queue */
     uint32_t c = s->class_idx;
     queue_remove(&h->full[c], s);
     queue_push_back(&h->queue[c], s);
     __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
     if (h->queue[c].head == s) heap_head_changed(h, c); /* the queue was empty */
+    pthread_mutex_unlock(&h->lock);
   }
   if (s->used == 0) heap_slab_emptied(h, s);
+}
+
+/* ---- idle heaps ------------------------------------------------------------------------
+ * A thread that stopped allocating (blocked, or done with its part of the work) still
+ * owns its slabs, and other threads' frees into them wait in their remote lists until
+ * it takes a slow path again, which it may never do: larson's main thread fills every
+ * lane and then waits, and the lanes' frees into its slabs held 1.1 MiB at 2 threads
+ * and 4.3 MiB at 8. So a thread doing its deferred work also looks, at most once per
+ * purge delay, at the heaps whose owners have done none for that long, and gives back
+ * to the regions every slab of theirs whose blocks have all come back as remote frees.
+ *
+ * Why it is safe without the owner: the thief holds the owner's lock, which the owner
+ * holds on every slow path that changes its lists or reads a slab other than a queue
+ * head. The owner's fast paths take no lock. Its malloc pops only queue heads, which
+ * are never taken. Its free writes only a slab holding one of its live blocks, and a
+ * slab whose `used` equals its remote count holds none: every block out is on the
+ * remote list. No other thread can push to that list either, since it holds no block.
+ * The owner's last free into such a slab may still be in flight when the thief looks.
+ * That is why every free stores the list before the count: on x86 the stores become
+ * visible in that order, so the count seen means the free is done. */
+static bool slab_all_remote(const hak_slab_t *s) {
+  uintptr_t word = atomic_load_explicit(&s->remote, memory_order_acquire);
+  uint32_t waiting = (uint32_t)(word >> REMOTE_COUNT_SHIFT);
+  return waiting != 0 && __atomic_load_n(&s->used, __ATOMIC_RELAXED) == waiting;
+}
+
+/* Takes h's slabs whose blocks all came back, chaining them on *out. Caller holds
+ * h->lock. */
+static void heap_take_remote_freed(hak_heap_t *h, hak_slab_t **out) {
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    hak_slab_queue_t *lists[2] = {&h->queue[c], &h->full[c]};
+    for (int l = 0; l < 2; l++) {
+      hak_slab_t *s = lists[l]->head;
+      if (l == 0 && s != NULL) s = s->next; /* the head is the fast path's */
+      while (s != NULL) {
+        hak_slab_t *next = s->next;
+        if (slab_all_remote(s)) {
+          slab_collect(s);
+          HAK_ASSERT(s->used == 0);
+          queue_remove(lists[l], s);
+          s->next = *out;
+          *out = s;
+        }
+        s = next;
+      }
+    }
+  }
+}
+
+/* Every slab of other heaps whose blocks all came back goes to its region: from idle
+ * heaps, or from every heap whose owner is not on a slow path right now with `all`
+ * (malloc_trim). A busy owner's heap is left alone (its lock is only tried). Returns the
+ * bytes given back. */
+size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all) {
+  if (pthread_mutex_trylock(&heaps_lock) != 0) return 0;
+  uint64_t idle_ms = (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
+                                    ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
+  hak_slab_t *taken = NULL;
+  for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
+    if (h == self || pthread_mutex_trylock(&h->lock) != 0) continue;
+    if (all || h->next_deferred_ms + idle_ms <= now) heap_take_remote_freed(h, &taken);
+    pthread_mutex_unlock(&h->lock);
+  }
+  size_t released = 0, count = 0;
+  if (taken != NULL) {
+    pthread_mutex_lock(&region_lock);
+    while (taken != NULL) {
+      hak_slab_t *s = taken;
+      taken = s->next;
+      s->next = NULL;
+      released += (size_t)s->units * UNIT_SIZE;
+      count++;
+      release_span_locked(s, now);
+    }
+    pthread_mutex_unlock(&region_lock);
+    atomic_fetch_add_explicit(&hak_gstats.slabs_reclaimed_idle, count, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&heaps_lock);
+  return released;
+}
+
+/* One thread at a time, at most once per purge delay (never, with purging off). */
+static void heap_reclaim_idle_if_due(hak_heap_t *self, uint64_t now) {
+  static _Atomic uint64_t next_ms;
+  if (hak_opt.purge_delay_ms < 0) return;
+  uint64_t due = atomic_load_explicit(&next_ms, memory_order_relaxed);
+  if (now < due) return;
+  uint64_t period = (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
+                                   ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
+  if (!atomic_compare_exchange_strong_explicit(&next_ms, &due, now + period,
+                                               memory_order_relaxed, memory_order_relaxed))
+    return;
+  heap_reclaim_idle(self, now, false);
 }
 
 /* ---- deferred work, trimming, thread exit ------------------------------------------- */
@@ -631,7 +742,10 @@ static void heap_trim_stale(hak_heap_t *h) {
   if (purged) atomic_fetch_add_explicit(&hak_gstats.purged_bytes, purged, memory_order_relaxed);
 }
 
+static void heap_reclaim_idle_if_due(hak_heap_t *self, uint64_t now);
+
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
+  pthread_mutex_lock(&h->lock);
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
   heap_remote_flush(h);
   heap_purge_idle_heads(h, now);
@@ -649,12 +763,15 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
     region_purge(now, hak_opt.purge_delay_ms, false);
     pthread_mutex_unlock(&region_lock);
   }
+  pthread_mutex_unlock(&h->lock);
+  heap_reclaim_idle_if_due(h, now);
 }
 
 size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
   if (h != &hak_heap_empty) {
     if (HAKMEM_SECURE) secure_quarantine_flush(h, true);
+    pthread_mutex_lock(&h->lock);
     heap_remote_flush(h);
     heap_purge_free_blocks(h);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
@@ -673,9 +790,11 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
       }
       heap_head_changed(h, c);
     }
+    pthread_mutex_unlock(&h->lock);
   }
   uint64_t now = os_now_ms();
   if (h != &hak_heap_empty) released += span_cache_flush(h, now, -1);
+  released += heap_reclaim_idle(h, now, true);
   pthread_mutex_lock(&region_lock);
   sweep_abandoned_locked(now, true);
   released += region_purge(now, 0, true);
@@ -714,10 +833,12 @@ void heap_abandon(hak_heap_t *h) {
   hak_tls_heap = &hak_heap_empty;
   uint64_t now = os_now_ms();
   span_cache_flush(h, now, -1);
+  pthread_mutex_lock(&h->lock);
   pthread_mutex_lock(&region_lock);
   heap_release_all_locked(h, now);
   sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
+  pthread_mutex_unlock(&h->lock);
   atomic_fetch_add_explicit(&hak_gstats.heaps_abandoned, 1, memory_order_relaxed);
   heap_struct_free(h);
 }

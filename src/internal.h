@@ -229,6 +229,7 @@ void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);
 void heap_abandon(hak_heap_t *h);        /* thread exit */
 void heap_remote_flush(hak_heap_t *h);   /* push the pending remote chain */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim this thread's heap */
+size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all);
 void heap_atfork_child(void);
 void *heap_alloc_class(hak_heap_t *h, uint32_t c);
 
@@ -289,7 +290,7 @@ typedef struct hak_global_stats {
   _Atomic size_t peak_in_use;
   _Atomic size_t large_in_use;
   _Atomic uint64_t large_allocs, huge_allocs;
-  _Atomic uint64_t heaps_created, heaps_abandoned, slabs_adopted;
+  _Atomic uint64_t heaps_created, heaps_abandoned, slabs_adopted, slabs_reclaimed_idle;
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 void stats_note_in_use(void); /* recompute peak on slow paths */

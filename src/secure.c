@@ -321,6 +321,7 @@ void secure_free(void *p) {
   if (hak_likely(os->owner == (uintptr_t)h)) {
     block_set_next(old, os->local_free);
     os->local_free = old;
+    hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
     if (--os->used == 0) heap_slab_emptied(h, os);
     return;
   }

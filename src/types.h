@@ -24,6 +24,7 @@
 #ifndef HAKMEM_TYPES_H
 #define HAKMEM_TYPES_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,6 +33,8 @@
 /* ---- attributes and build switches --------------------------------------------- */
 #define hak_likely(x) __builtin_expect(!!(x), 1)
 #define hak_unlikely(x) __builtin_expect(!!(x), 0)
+/* Keeps the compiler from moving memory accesses across it; emits nothing. */
+#define hak_compiler_barrier() __asm__ volatile("" ::: "memory")
 #define hak_noinline __attribute__((noinline))
 #define hak_cold __attribute__((cold, noinline))
 #define hak_inline static inline __attribute__((always_inline))
@@ -219,6 +222,9 @@ typedef struct hak_heap {
   bool trim_pending;                    /* a slab made since the last heap_trim_stale */
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
   struct hak_heap *pool_next;           /* recycled heap structures */
+  /* Held by the owner on every slow path that changes its lists, and by another thread
+   * taking an idle heap's freed slabs back (see heap_reclaim_idle). */
+  pthread_mutex_t lock;
   /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
   hak_block_t *quarantine[QUARANTINE_SLOTS];
   uint32_t quarantine_next;
