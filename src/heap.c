@@ -24,6 +24,14 @@ static hak_slab_queue_t abandoned[NUM_CLASSES];
 
 /* How often a heap looks at its full slabs and the purge clock, at most. */
 #define DEFERRED_PERIOD_MS 10
+
+/* The purge delay, but no shorter than a deferred period: how often the per-delay work
+ * (purging inside free blocks, the idle-heap scan) runs, and how long a heap must go
+ * without deferred work to count as idle. Purging off (< 0) is for callers to check. */
+static uint64_t purge_period_ms(void) {
+  return (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS ? hak_opt.purge_delay_ms
+                                                                 : DEFERRED_PERIOD_MS);
+}
 /* Full slabs inspected for remote frees before a new slab is taken. */
 #define FULL_SCAN_LIMIT 8
 /* Full slabs inspected before the queue head carves more blocks. */
@@ -527,7 +535,10 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   b->free_tag = tag;
   *list = b;
   hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
-  s->used--;
+  /* The count this free left, kept: once it is down to the remote frees, the slab may
+   * be taken and its count zeroed by heap_reclaim_idle, and a second read of it would
+   * release the slab again. */
+  uint32_t left = --s->used;
   if (full) { /* it has room again: back to the class queue */
     uint32_t c = s->class_idx;
     queue_remove(&h->full[c], s);
@@ -536,7 +547,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
     if (h->queue[c].head == s) heap_head_changed(h, c); /* the queue was empty */
     pthread_mutex_unlock(&h->lock);
   }
-  if (s->used == 0) heap_slab_emptied(h, s);
+  if (left == 0) heap_slab_emptied(h, s);
 }
 
 /* ---- idle heaps ------------------------------------------------------------------------
@@ -592,8 +603,7 @@ static void heap_take_remote_freed(hak_heap_t *h, hak_slab_t **out) {
  * bytes given back. */
 size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all) {
   if (pthread_mutex_trylock(&heaps_lock) != 0) return 0;
-  uint64_t idle_ms = (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
-                                    ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
+  uint64_t idle_ms = purge_period_ms();
   hak_slab_t *taken = NULL;
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
     if (h == self || pthread_mutex_trylock(&h->lock) != 0) continue;
@@ -624,9 +634,7 @@ static void heap_reclaim_idle_if_due(hak_heap_t *self, uint64_t now) {
   if (hak_opt.purge_delay_ms < 0) return;
   uint64_t due = atomic_load_explicit(&next_ms, memory_order_relaxed);
   if (now < due) return;
-  uint64_t period = (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
-                                   ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
-  if (!atomic_compare_exchange_strong_explicit(&next_ms, &due, now + period,
+  if (!atomic_compare_exchange_strong_explicit(&next_ms, &due, now + purge_period_ms(),
                                                memory_order_relaxed, memory_order_relaxed))
     return;
   heap_reclaim_idle(self, now, false);
@@ -751,8 +759,7 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
   heap_purge_idle_heads(h, now);
   if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
   if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
-    h->next_block_purge_ms = now + (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS
-                                                  ? hak_opt.purge_delay_ms : DEFERRED_PERIOD_MS);
+    h->next_block_purge_ms = now + purge_period_ms();
     heap_purge_free_blocks(h);
   }
   if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);

@@ -78,19 +78,8 @@ int main(int argc, char **argv) {
   }
   mt_rss("all freed by the main thread");
 
-  if (trim) {
-    int released = malloc_trim(0);
-    printf("malloc_trim(0) returned %d\n", released);
-    if (released != 1) mt_fail("malloc_trim(0) returned %d, expected 1", released);
-  } else {
-    double end = tu_now() + CONTINUE_MS / 1000.0;
-    for (size_t step = 0; tu_now() < end;) {
-      for (int k = 0; k < 256; k++, step++) {
-        free(ring[step % RING]);
-        ring[step % RING] = mt_malloc_touched(16 + (step * 7919) % 1024);
-      }
-    }
-  }
+  if (trim) mt_trim_must_release();
+  else mt_churn_ring(ring, RING, CONTINUE_MS, 0);
   size_t after = mt_rss(trim ? "after malloc_trim(0)" : "after 600 ms of small allocations");
   mt_print_info("allocator, at the end:");
   mt_require_at_most("RSS at the end, owner alive", after, baseline + 5 * MiB);

@@ -38,13 +38,7 @@ int main(int argc, char **argv) {
   mt_rss("all freed");
 
   void *ring[RING] = {0};
-  double end = tu_now() + CONTINUE_MS / 1000.0;
-  for (size_t step = 0; tu_now() < end;) {
-    for (int k = 0; k < 256; k++, step++) {
-      free(ring[step % RING]);
-      ring[step % RING] = mt_malloc_touched(fixed ? 64 : 16 + (step * 7919) % 1024);
-    }
-  }
+  mt_churn_ring(ring, RING, CONTINUE_MS, fixed ? 64 : 0);
   size_t after = mt_rss("after 300 ms of small allocations");
   mt_print_info("allocator, at the end:");
   mt_require_at_most("RSS at the end", after, baseline + 5 * MiB);

@@ -8,6 +8,7 @@
 #ifndef HAKMEM_TESTS_MEMORY_TEST_H
 #define HAKMEM_TESTS_MEMORY_TEST_H
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include "test_util.h"
@@ -77,6 +78,25 @@ static inline void *mt_malloc_touched(size_t size) {
   }
   memset(p, 0xa5, size);
   return p;
+}
+
+/* malloc_trim(0) must say that it released memory. */
+static inline void mt_trim_must_release(void) {
+  int released = malloc_trim(0);
+  printf("malloc_trim(0) returned %d\n", released);
+  if (released != 1) mt_fail("malloc_trim(0) returned %d, expected 1", released);
+}
+
+/* Small allocations for `ms` milliseconds: each step frees a slot of the ring and fills
+ * it again, with 16..1039 bytes, or `fixed` bytes when it is not 0. */
+static inline void mt_churn_ring(void **ring, size_t slots, unsigned ms, size_t fixed) {
+  double end = tu_now() + ms / 1000.0;
+  for (size_t step = 0; tu_now() < end;) {
+    for (int k = 0; k < 256; k++, step++) {
+      free(ring[step % slots]);
+      ring[step % slots] = mt_malloc_touched(fixed ? fixed : 16 + (step * 7919) % 1024);
+    }
+  }
 }
 
 /* A few blocks of each kind, so that the allocator's start-up memory is in the
