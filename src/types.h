@@ -221,7 +221,8 @@ typedef struct hak_heap {
   uint64_t next_block_purge_ms;
   bool trim_pending;                    /* a slab made since the last heap_trim_stale */
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
-  struct hak_heap *pool_next;           /* recycled heap structures */
+  struct hak_heap *pool_next;           /* recycled heap structures; parked heaps */
+  uint64_t parked_ms;                   /* when its thread exited and left it whole */
   /* Held by the owner on every slow path that changes its lists, and by another thread
    * taking an idle heap's freed slabs back (see heap_reclaim_idle). */
   pthread_mutex_t lock;
