@@ -89,12 +89,15 @@ static size_t trim_peak;
 
 static void *allocate_free_exit(void *arg) {
   (void)arg;
-  size_t n = TRIM_SET / sizes[1];
-  void **set = mt_scratch(n * sizeof *set);
-  for (size_t i = 0; i < n; i++) set[i] = mt_malloc_touched(sizes[i % NSIZES]);
+  size_t most = TRIM_SET / sizes[0] + 1, bytes = 0, n = 0;
+  void **set = mt_scratch(most * sizeof *set);
+  for (; bytes < TRIM_SET; n++) {
+    set[n] = mt_malloc_touched(sizes[n % NSIZES]);
+    bytes += sizes[n % NSIZES];
+  }
   trim_peak = mt_rss("allocated");
   for (size_t i = 0; i < n; i++) free(set[i]);
-  mt_scratch_free(set, n * sizeof *set);
+  mt_scratch_free(set, most * sizeof *set);
   return NULL;
 }
 
