@@ -8,6 +8,20 @@
  *                                HAKMEM_PURGE_DELAY_MS=0, where exit gives everything
  *                                back at once), and RSS must stay within baseline + 2 x
  *                                the working set.
+ *   memory_heap_handover successors
+ *                                a lane as above, but its first thread runs alongside
+ *                                another that allocates a block, keeps it and exits
+ *                                first, so that thread's heap stays parked, always the
+ *                                oldest. Each generation frees its predecessor's blocks
+ *                                before it allocates, and a new thread takes over the
+ *                                heap its frees went to before the oldest: the report
+ *                                must count one such for every generation after the
+ *                                first, and RSS must stay within baseline + 1.5 x the
+ *                                working set. Taking the oldest instead alternates
+ *                                between the two heaps, each holding a working set.
+ *                                Run with a long purge delay, so that no parked heap is
+ *                                dissolved meanwhile; with HAKMEM_PURGE_DELAY_MS=0
+ *                                nothing is parked and the count must be 0.
  *   memory_heap_handover trim    a thread allocates 32 MiB of small blocks, frees them
  *                                itself and exits, leaving its heap parked; the main
  *                                thread's malloc_trim(0) must return 1 and bring RSS
@@ -15,6 +29,7 @@
  */
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 
 #include "memory_test.h"
 
@@ -25,64 +40,139 @@
 static const size_t sizes[] = {64, 256, 1000};
 enum { NSIZES = sizeof sizes / sizeof sizes[0] };
 
-static void **blocks; /* the lane's live blocks */
-static size_t nblocks;
+/* A lane's live blocks, left by its last thread for the next. */
+typedef struct {
+  void **blocks;
+  size_t count;
+} lane;
 
+/* One thread of a lane: frees every block its predecessor left, then allocates as
+ * many bytes again. */
 static void *generation(void *arg) {
-  (void)arg;
-  for (size_t i = 0; i < nblocks; i++) free(blocks[i]);
+  lane *l = arg;
+  for (size_t i = 0; i < l->count; i++) free(l->blocks[i]);
   size_t bytes = 0, n = 0;
   for (; bytes < WORKING_SET; n++) {
-    blocks[n] = mt_malloc_touched(sizes[n % NSIZES]);
+    l->blocks[n] = mt_malloc_touched(sizes[n % NSIZES]);
     bytes += sizes[n % NSIZES];
   }
-  nblocks = n;
+  l->count = n;
   return NULL;
 }
 
-static void run_thread(void *(*fn)(void *), void *arg) {
+static void lane_init(lane *l) {
+  l->blocks = mt_scratch((WORKING_SET / sizes[0] + 1) * sizeof *l->blocks);
+  l->count = 0;
+}
+
+static void lane_free(lane *l) {
+  for (size_t i = 0; i < l->count; i++) free(l->blocks[i]);
+  l->count = 0;
+}
+
+static pthread_t start_thread(void *(*fn)(void *), void *arg) {
   pthread_t t;
   int err = pthread_create(&t, NULL, fn, arg);
   if (err != 0) mt_fail("pthread_create: %s", strerror(err));
-  pthread_join(t, NULL);
+  return t;
 }
 
-/* The "N taken over from exited threads" figure of the statistics report. */
-static unsigned long long heaps_taken_over(void) {
+static void run_thread(void *(*fn)(void *), void *arg) { pthread_join(start_thread(fn, arg), NULL); }
+
+/* The number the statistics report prints right before `label`. */
+static unsigned long long report_figure(const char *label) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (f == NULL) mt_fail("open_memstream failed");
   hak_stats_print(f);
   fclose(f);
-  const char *at = strstr(text, " taken over from exited threads");
-  if (at == NULL) mt_fail("no \"taken over\" figure in the statistics report:\n%s", text);
+  const char *at = strstr(text, label);
+  if (at == NULL) mt_fail("no \"%s\" figure in the statistics report:\n%s", label, text);
   while (at > text && at[-1] >= '0' && at[-1] <= '9') at--;
   unsigned long long n = strtoull(at, NULL, 10);
   free(text);
   return n;
 }
 
+#define TAKEN_OVER " taken over from exited threads"
+#define TAKEN_BY_FREE " by a thread that had freed their blocks"
+
+/* With HAKMEM_PURGE_DELAY_MS=0 exit gives everything back at once: no heap is parked. */
+static bool heaps_parked_at_exit(void) {
+  const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
+  return delay == NULL || atol(delay) != 0;
+}
+
+static void require_taken(const char *what, unsigned long long taken, unsigned long long expected) {
+  if (!heaps_parked_at_exit() ? taken != 0 : taken < expected)
+    mt_fail("%llu heaps taken over%s (expected %s%llu)", taken, what,
+            heaps_parked_at_exit() ? "at least " : "", heaps_parked_at_exit() ? expected : 0);
+}
+
 static void lanes(size_t baseline) {
-  size_t most = WORKING_SET / sizes[0] + 1;
-  blocks = mt_scratch(most * sizeof *blocks);
-  unsigned long long before = heaps_taken_over();
+  lane l;
+  lane_init(&l);
+  unsigned long long before = report_figure(TAKEN_OVER);
   size_t highest = baseline;
   for (int g = 0; g < GENERATIONS; g++) {
-    run_thread(generation, NULL);
+    run_thread(generation, &l);
     size_t rss = tu_rss_bytes();
     if (rss > highest) highest = rss;
   }
-  unsigned long long taken = heaps_taken_over() - before;
+  unsigned long long taken = report_figure(TAKEN_OVER) - before;
   printf("%d generations, %llu heaps taken over, highest RSS %.1f MiB\n", GENERATIONS, taken,
          mt_mib(highest));
-  const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
-  unsigned long long expected = delay != NULL && atol(delay) == 0 ? 0 : GENERATIONS - 1;
-  if (expected == 0 ? taken != 0 : taken < expected)
-    mt_fail("%llu heaps taken over in %d generations (expected %s%llu)", taken, GENERATIONS,
-            expected ? "at least " : "", expected);
+  require_taken("", taken, GENERATIONS - 1);
   mt_require_at_most("highest RSS", highest, baseline + 2 * WORKING_SET);
-  for (size_t i = 0; i < nblocks; i++) free(blocks[i]);
+  lane_free(&l);
+}
+
+static sem_t other_may_exit, first_allocated, first_may_exit;
+
+static void *keep_one_block(void *arg) {
+  *(void **)arg = mt_malloc_touched(64);
+  sem_wait(&other_may_exit);
+  return NULL;
+}
+
+static void *first_generation(void *arg) {
+  generation(arg);
+  sem_post(&first_allocated);
+  sem_wait(&first_may_exit);
+  return NULL;
+}
+
+static void successors(size_t baseline) {
+  void *kept = NULL;
+  lane l;
+  lane_init(&l);
+  sem_init(&other_may_exit, 0, 0);
+  sem_init(&first_allocated, 0, 0);
+  sem_init(&first_may_exit, 0, 0);
+  unsigned long long before = report_figure(TAKEN_BY_FREE);
+  /* Both alive at once, so two heaps; the other one is parked first. */
+  pthread_t other = start_thread(keep_one_block, &kept);
+  pthread_t first = start_thread(first_generation, &l);
+  sem_wait(&first_allocated);
+  sem_post(&other_may_exit);
+  pthread_join(other, NULL);
+  sem_post(&first_may_exit);
+  pthread_join(first, NULL);
+  size_t highest = tu_rss_bytes();
+  for (int g = 1; g < GENERATIONS; g++) {
+    run_thread(generation, &l);
+    size_t rss = tu_rss_bytes();
+    if (rss > highest) highest = rss;
+  }
+  unsigned long long taken = report_figure(TAKEN_BY_FREE) - before;
+  printf("%d generations, %llu heaps taken over by a thread that had freed their blocks, "
+         "highest RSS %.1f MiB\n", GENERATIONS, taken, mt_mib(highest));
+  require_taken(" by a thread that had freed their blocks", taken, GENERATIONS - 1);
+  if (heaps_parked_at_exit())
+    mt_require_at_most("highest RSS", highest, baseline + 3 * WORKING_SET / 2);
+  lane_free(&l);
+  free(kept);
 }
 
 static size_t trim_peak;
@@ -111,6 +201,8 @@ int main(int argc, char **argv) {
   size_t baseline = mt_rss("baseline");
   if (strcmp(mode, "lanes") == 0) {
     lanes(baseline);
+  } else if (strcmp(mode, "successors") == 0) {
+    successors(baseline);
   } else if (strcmp(mode, "trim") == 0) {
     run_thread(allocate_free_exit, NULL);
     mt_require_grew(baseline, trim_peak, TRIM_SET / 2);
@@ -118,7 +210,7 @@ int main(int argc, char **argv) {
     mt_trim_must_release();
     mt_require_at_most("RSS after malloc_trim", mt_rss("after malloc_trim"), baseline + 5 * MiB);
   } else {
-    mt_fail("unknown mode %s (lanes or trim)", mode);
+    mt_fail("unknown mode %s (lanes, successors or trim)", mode);
   }
   mt_print_info("allocator:");
   printf("ok\n");
