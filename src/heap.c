@@ -167,7 +167,6 @@ static hak_heap_t *parked_unlink(hak_heap_t *prev, hak_heap_t *h) {
   if (heaps_parked_newest == h) heaps_parked_newest = prev;
   h->pool_next = NULL;
   heaps_parked_count--;
-  h->parked = false;
   return h;
 }
 
@@ -180,7 +179,6 @@ static hak_heap_t *heap_park(hak_heap_t *h, uint64_t now) {
   if (hak_opt.purge_delay_ms == 0) return h;
   pthread_mutex_lock(&heaps_lock);
   h->parked_ms = now;
-  h->parked = true;
   h->pool_next = NULL;
   if (heaps_parked_newest != NULL) heaps_parked_newest->pool_next = h;
   else heaps_parked = h;
@@ -207,7 +205,7 @@ static hak_heap_t *heap_take_parked(void) {
   hak_heap_t *want = heap_hint, *h = NULL, *prev = NULL;
   heap_hint = NULL;
   pthread_mutex_lock(&heaps_lock);
-  if (want != NULL && want->parked) {
+  if (want != NULL) { /* at most PARKED_MAX to look at */
     for (h = heaps_parked; h != NULL && h != want; h = h->pool_next) prev = h;
     if (h != NULL) parked_unlink(prev, h);
   }
