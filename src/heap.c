@@ -5,7 +5,9 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 /* The empty slab and heap make "no heap yet" look like "free list empty": the fast
  * path needs no initialisation check. */
@@ -159,6 +161,10 @@ static void heap_struct_free(hak_heap_t *h) {
  * dissolved are always at the front. */
 static hak_heap_t *heaps_parked, *heaps_parked_newest;
 static uint32_t heaps_parked_count;
+/* Signalled by heap_park when a new thread waits for a heap to be parked
+ * (heap_take_parked); under heaps_lock, as is the count of those waiting. */
+static pthread_cond_t heaps_parked_cond = PTHREAD_COND_INITIALIZER;
+static uint32_t heaps_park_waiters;
 
 /* Takes h, parked after prev (NULL: h is the oldest), off the list. */
 static hak_heap_t *parked_unlink(hak_heap_t *prev, hak_heap_t *h) {
@@ -179,12 +185,14 @@ static hak_heap_t *heap_park(hak_heap_t *h, uint64_t now) {
   if (hak_opt.purge_delay_ms == 0) return h;
   pthread_mutex_lock(&heaps_lock);
   h->parked_ms = now;
+  h->hint_wait_failed = false; /* its owner did exit: worth waiting for again */
   h->pool_next = NULL;
   if (heaps_parked_newest != NULL) heaps_parked_newest->pool_next = h;
   else heaps_parked = h;
   heaps_parked_newest = h;
   heaps_parked_count++;
   hak_heap_t *excess = heaps_parked_count > PARKED_MAX ? parked_pop_oldest() : NULL;
+  if (heaps_park_waiters > 0) pthread_cond_broadcast(&heaps_parked_cond);
   pthread_mutex_unlock(&heaps_lock);
   return excess;
 }
@@ -192,22 +200,77 @@ static hak_heap_t *heap_park(hak_heap_t *h, uint64_t now) {
 /* The heap of the last block this thread freed before it had a heap of its own. */
 static __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
 
+/* Takes `want` off the parked list if it is there (at most PARKED_MAX to look at). */
+static hak_heap_t *parked_take(hak_heap_t *want) {
+  hak_heap_t *prev = NULL, *h;
+  for (h = heaps_parked; h != NULL && h != want; h = h->pool_next) prev = h;
+  return h != NULL ? parked_unlink(prev, h) : NULL;
+}
+
+/* How long a new thread waits for the heap of the blocks it freed first to be parked:
+ * HINT_WAIT_YIELDS yields (each lets every other runnable thread run, so under load the
+ * exiting owner gets its turn), and sleeping until HINT_WAIT_NS have passed (an idle
+ * machine yields at once, and a woken thread takes tens of microseconds to run). It
+ * ends as soon as the heap is parked. */
+#define HINT_WAIT_YIELDS 8
+#define HINT_WAIT_NS 1000000L
+
+static struct timespec monotonic_after(long ns) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_nsec += ns;
+  t.tv_sec += t.tv_nsec / 1000000000L;
+  t.tv_nsec %= 1000000000L;
+  return t;
+}
+
+/* Waits, under heaps_lock, until `want` can be taken off the parked list or the time is
+ * up. Returns it, or NULL. */
+static hak_heap_t *parked_wait_for(hak_heap_t *want) {
+  struct timespec deadline = monotonic_after(HINT_WAIT_NS);
+  hak_heap_t *h = NULL;
+  heaps_park_waiters++;
+  for (int i = 0; h == NULL && i < HINT_WAIT_YIELDS; i++) {
+    pthread_mutex_unlock(&heaps_lock);
+    sched_yield();
+    pthread_mutex_lock(&heaps_lock);
+    h = parked_take(want);
+  }
+  while (h == NULL && pthread_cond_clockwait(&heaps_parked_cond, &heaps_lock, CLOCK_MONOTONIC,
+                                             &deadline) == 0)
+    h = parked_take(want);
+  if (h == NULL) h = parked_take(want); /* parked right at the deadline */
+  heaps_park_waiters--;
+  return h;
+}
+
 /* The parked heap a new thread takes over: the one the last block it freed before its
- * first malloc came from, if that one is parked, or else the oldest. A thread that
- * starts by freeing what an exited thread handed it (larson's next generation, a pool's
- * next worker) so gets its predecessor's heap, and frees the rest of those blocks on the
- * fast path, where they would otherwise wait in a parked heap's remote lists until some
- * later thread took it over. It often starts before its predecessor has parked, and
- * then takes the oldest (larson t=8: about one take-over in three). The choice is made
- * at the first malloc, not at a free: a thread that only frees takes no heap over, so it
- * cannot keep an exited thread's slabs from being dissolved. */
+ * first malloc came from, or else the oldest. A thread that starts by freeing what an
+ * exited thread handed it (larson's next generation, a pool's next worker) so gets its
+ * predecessor's heap, and frees the rest of those blocks on the fast path, where they
+ * would otherwise wait in a parked heap's remote lists until some later thread took it
+ * over. The choice is made at the first malloc, not at a free: a thread that only frees
+ * takes no heap over, so it cannot keep an exited thread's slabs from being dissolved.
+ * The new thread often gets there before its predecessor, which started it, has
+ * finished exiting; taking the oldest then mixes the lanes' blocks across heaps, with
+ * frees waiting in the parked ones (larson t=8: one take-over in three, and a peak RSS
+ * of 29 MiB). So it waits a little for that heap to be parked (parked_wait_for). A heap
+ * whose owner is not exiting (a main thread, a long-lived producer) would make every
+ * such thread wait in vain, so a heap waited for in vain is not waited for again until
+ * it has been parked. */
 static hak_heap_t *heap_take_parked(void) {
-  hak_heap_t *want = heap_hint, *h = NULL, *prev = NULL;
+  hak_heap_t *want = heap_hint, *h = NULL;
   heap_hint = NULL;
   pthread_mutex_lock(&heaps_lock);
-  if (want != NULL) { /* at most PARKED_MAX to look at */
-    for (h = heaps_parked; h != NULL && h != want; h = h->pool_next) prev = h;
-    if (h != NULL) parked_unlink(prev, h);
+  if (want != NULL) {
+    h = parked_take(want);
+    /* With purge delay 0 exiting heaps are dissolved, never parked. */
+    if (h == NULL && !want->hint_wait_failed && hak_opt.purge_delay_ms != 0) {
+      h = parked_wait_for(want);
+      if (h == NULL) want->hint_wait_failed = true;
+      atomic_fetch_add_explicit(&hak_gstats.heap_waits, 1, memory_order_relaxed);
+      if (h == NULL) atomic_fetch_add_explicit(&hak_gstats.heap_waits_in_vain, 1, memory_order_relaxed);
+    }
   }
   bool hinted = h != NULL;
   if (h == NULL && heaps_parked != NULL) h = parked_pop_oldest();
@@ -973,6 +1036,9 @@ void heap_atfork_child(void) {
   if (heaps_all) heaps_all->all_next = heaps_all->all_prev = NULL;
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
   heaps_parked_count = 0;
+  /* Threads waiting for a heap to be parked are gone with the rest. */
+  heaps_park_waiters = 0;
+  pthread_cond_init(&heaps_parked_cond, NULL);
 }
 
 /* ---- statistics walk ------------------------------------------------------------ */

@@ -292,6 +292,7 @@ typedef struct hak_global_stats {
   _Atomic uint64_t large_allocs, huge_allocs;
   _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_abandoned,
       slabs_adopted, slabs_reclaimed_idle;
+  _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 void stats_note_in_use(void); /* recompute peak on slow paths */
