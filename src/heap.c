@@ -214,6 +214,12 @@ static hak_heap_t *parked_take(hak_heap_t *want) {
  * ends as soon as the heap is parked. */
 #define HINT_WAIT_YIELDS 8
 #define HINT_WAIT_NS 1000000L
+/* How often waits pay, over all heaps: a moving average out of 256 that moves an eighth
+ * of the way at each wait. Below a quarter (about 11 waits in vain in a row: a program
+ * whose threads start their successors long before they exit), a new thread waits only
+ * once in HINT_WAIT_PROBE. Under heaps_lock. */
+#define HINT_WAIT_PROBE 16
+static uint32_t hint_wait_score = 256, hint_wait_skipped;
 
 static struct timespec monotonic_after(long ns) {
   struct timespec t;
@@ -257,7 +263,7 @@ static hak_heap_t *parked_wait_for(hak_heap_t *want) {
  * of 29 MiB). So it waits a little for that heap to be parked (parked_wait_for). A heap
  * whose owner is not exiting (a main thread, a long-lived producer) would make every
  * such thread wait in vain, so a heap waited for in vain is not waited for again until
- * it has been parked. */
+ * it has been parked; and when waits keep failing whatever the heap, few threads wait. */
 static hak_heap_t *heap_take_parked(void) {
   hak_heap_t *want = heap_hint, *h = NULL;
   heap_hint = NULL;
@@ -265,9 +271,12 @@ static hak_heap_t *heap_take_parked(void) {
   if (want != NULL) {
     h = parked_take(want);
     /* With purge delay 0 exiting heaps are dissolved, never parked. */
-    if (h == NULL && !want->hint_wait_failed && hak_opt.purge_delay_ms != 0) {
+    if (h == NULL && !want->hint_wait_failed && hak_opt.purge_delay_ms != 0 &&
+        (hint_wait_score >= 64 || ++hint_wait_skipped % HINT_WAIT_PROBE == 0)) {
       h = parked_wait_for(want);
-      if (h == NULL) want->hint_wait_failed = true;
+      want->hint_wait_failed = h == NULL;
+      if (h != NULL) hint_wait_score += (256 - hint_wait_score) / 8;
+      else hint_wait_score -= hint_wait_score / 8;
       atomic_fetch_add_explicit(&hak_gstats.heap_waits, 1, memory_order_relaxed);
       if (h == NULL) atomic_fetch_add_explicit(&hak_gstats.heap_waits_in_vain, 1, memory_order_relaxed);
     }

@@ -34,6 +34,11 @@
  *                                leaves a working set waiting in a parked heap). Not
  *                                waiting, a new thread almost never finds its
  *                                predecessor's heap parked.
+ *   memory_heap_handover linger  64 generations, each starting the next and lingering
+ *                                5 ms before it exits, so that each new thread would wait
+ *                                for its predecessor in vain: once waits keep failing,
+ *                                only one new thread in 16 may wait. At most 20 waits in
+ *                                vain (64, one per generation, when every thread waits).
  *   memory_heap_handover trim    a thread allocates 32 MiB of small blocks, frees them
  *                                itself and exits, leaving its heap parked; the main
  *                                thread's malloc_trim(0) must return 1 and bring RSS
@@ -110,6 +115,7 @@ static unsigned long long report_figure(const char *label) {
 
 #define TAKEN_OVER " taken over from exited threads"
 #define TAKEN_BY_FREE " by a thread that had freed their blocks"
+#define IN_VAIN " in vain"
 
 /* With HAKMEM_PURGE_DELAY_MS=0 exit gives everything back at once: no heap is parked. */
 static bool heaps_parked_at_exit(void) {
@@ -246,6 +252,34 @@ static void overlap(size_t baseline) {
   free(kept);
 }
 
+/* linger: each generation frees its predecessor's block, allocates one, starts the next
+ * and lingers before it exits. */
+#define LINGER_GENERATIONS 64
+
+static void *lingering_generation(void *arg) {
+  free(arg);
+  void *mine = mt_malloc_touched(256);
+  if (--generations_left == 0) {
+    free(mine);
+    sem_post(&lane_done);
+    return NULL;
+  }
+  pthread_detach(start_thread(lingering_generation, mine));
+  usleep(5000);
+  return NULL;
+}
+
+static void linger(void) {
+  sem_init(&lane_done, 0, 0);
+  unsigned long long before = report_figure(IN_VAIN);
+  generations_left = LINGER_GENERATIONS;
+  pthread_detach(start_thread(lingering_generation, mt_malloc_touched(256)));
+  sem_wait(&lane_done);
+  unsigned long long in_vain = report_figure(IN_VAIN) - before;
+  printf("%d generations, %llu waits in vain\n", LINGER_GENERATIONS, in_vain);
+  if (in_vain > 20) mt_fail("%llu waits in vain (at most 20 expected)", in_vain);
+}
+
 static size_t trim_peak;
 
 static void *allocate_free_exit(void *arg) {
@@ -276,6 +310,8 @@ int main(int argc, char **argv) {
     successors(baseline);
   } else if (strcmp(mode, "overlap") == 0) {
     overlap(baseline);
+  } else if (strcmp(mode, "linger") == 0) {
+    linger();
   } else if (strcmp(mode, "trim") == 0) {
     run_thread(allocate_free_exit, NULL);
     mt_require_grew(baseline, trim_peak, TRIM_SET / 2);
@@ -283,7 +319,7 @@ int main(int argc, char **argv) {
     mt_trim_must_release();
     mt_require_at_most("RSS after malloc_trim", mt_rss("after malloc_trim"), baseline + 5 * MiB);
   } else {
-    mt_fail("unknown mode %s (lanes, successors, overlap or trim)", mode);
+    mt_fail("unknown mode %s (lanes, successors, overlap, linger or trim)", mode);
   }
   mt_print_info("allocator:");
   printf("ok\n");
