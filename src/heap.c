@@ -231,10 +231,13 @@ static struct timespec monotonic_after(long ns) {
 }
 
 /* Waits, under heaps_lock, until `want` can be taken off the parked list or the time is
- * up. Returns it, or NULL. */
+ * up. Returns it, or NULL. The condition wait is a cancellation point, and malloc must
+ * not be one: a thread cancelled there would unwind holding heaps_lock. */
 static hak_heap_t *parked_wait_for(hak_heap_t *want) {
   struct timespec deadline = monotonic_after(HINT_WAIT_NS);
   hak_heap_t *h = NULL;
+  int cancel_state;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   heaps_park_waiters++;
   for (int i = 0; h == NULL && i < HINT_WAIT_YIELDS; i++) {
     pthread_mutex_unlock(&heaps_lock);
@@ -247,6 +250,7 @@ static hak_heap_t *parked_wait_for(hak_heap_t *want) {
     h = parked_take(want);
   if (h == NULL) h = parked_take(want); /* parked right at the deadline */
   heaps_park_waiters--;
+  pthread_setcancelstate(cancel_state, NULL);
   return h;
 }
 

@@ -39,6 +39,13 @@
  *                                for its predecessor in vain: once waits keep failing,
  *                                only one new thread in 16 may wait. At most 20 waits in
  *                                vain (64, one per generation, when every thread waits).
+ *   memory_heap_handover cancel  a new thread first frees a block of the main thread's,
+ *                                whose heap is not exiting, so its first malloc waits
+ *                                for that heap in vain; it is cancelled meanwhile. malloc
+ *                                is not a cancellation point: it must return, the thread
+ *                                be cancelled at its next one, and other threads still
+ *                                start, allocate and trim (a lock left held would hang
+ *                                them: the alarm ends the test).
  *   memory_heap_handover trim    a thread allocates 32 MiB of small blocks, frees them
  *                                itself and exits, leaving its heap parked; the main
  *                                thread's malloc_trim(0) must return 1 and bring RSS
@@ -47,6 +54,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "memory_test.h"
@@ -280,6 +288,41 @@ static void linger(void) {
   if (in_vain > 20) mt_fail("%llu waits in vain (at most 20 expected)", in_vain);
 }
 
+/* cancel: the thread whose first malloc is cancelled while it waits. */
+static sem_t cancel_may_come;
+static _Atomic bool cancelled_malloc_returned;
+
+static void *cancelled_thread(void *arg) {
+  free(arg); /* a block of the main thread's heap */
+  sem_post(&cancel_may_come);
+  free(mt_malloc_touched(64)); /* waits for the main thread's heap, in vain */
+  atomic_store(&cancelled_malloc_returned, true);
+  for (;;) pause(); /* a cancellation point */
+  return NULL;
+}
+
+static void *allocate_a_little(void *arg) {
+  (void)arg;
+  free(mt_malloc_touched(64));
+  return NULL;
+}
+
+static void cancel(void) {
+  alarm(20);
+  sem_init(&cancel_may_come, 0, 0);
+  pthread_t t = start_thread(cancelled_thread, mt_malloc_touched(64));
+  sem_wait(&cancel_may_come);
+  pthread_cancel(t);
+  void *result = NULL;
+  pthread_join(t, &result);
+  if (result != PTHREAD_CANCELED) mt_fail("the thread was not cancelled");
+  if (!atomic_load(&cancelled_malloc_returned)) mt_fail("the thread was cancelled inside malloc");
+  run_thread(allocate_a_little, NULL);
+  malloc_trim(0);
+  alarm(0);
+  printf("the cancelled thread's malloc returned; other threads allocate and trim\n");
+}
+
 static size_t trim_peak;
 
 static void *allocate_free_exit(void *arg) {
@@ -312,6 +355,8 @@ int main(int argc, char **argv) {
     overlap(baseline);
   } else if (strcmp(mode, "linger") == 0) {
     linger();
+  } else if (strcmp(mode, "cancel") == 0) {
+    cancel();
   } else if (strcmp(mode, "trim") == 0) {
     run_thread(allocate_free_exit, NULL);
     mt_require_grew(baseline, trim_peak, TRIM_SET / 2);
@@ -319,7 +364,7 @@ int main(int argc, char **argv) {
     mt_trim_must_release();
     mt_require_at_most("RSS after malloc_trim", mt_rss("after malloc_trim"), baseline + 5 * MiB);
   } else {
-    mt_fail("unknown mode %s (lanes, successors, overlap, linger or trim)", mode);
+    mt_fail("unknown mode %s (lanes, successors, overlap, linger, cancel or trim)", mode);
   }
   mt_print_info("allocator:");
   printf("ok\n");
