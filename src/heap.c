@@ -1004,7 +1004,7 @@ static void heap_dissolve(hak_heap_t *h, uint64_t now) {
   sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
   pthread_mutex_unlock(&h->lock);
-  atomic_fetch_add_explicit(&hak_gstats.heaps_abandoned, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.heaps_dissolved, 1, memory_order_relaxed);
   heap_struct_free(h);
 }
 

@@ -290,7 +290,7 @@ typedef struct hak_global_stats {
   _Atomic size_t peak_in_use;
   _Atomic size_t large_in_use;
   _Atomic uint64_t large_allocs, huge_allocs;
-  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_abandoned,
+  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
       slabs_adopted, slabs_reclaimed_idle;
   _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
 } hak_global_stats_t;

@@ -99,13 +99,13 @@ void stats_print(FILE *f) {
   out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB (%.2f purged, %.2f unmapped)\n",
       mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released),
       mib(atomic_load(&hak_gstats.purged_bytes)), mib(atomic_load(&hak_gstats.released_bytes)));
-  out(f, "  threads: %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu abandoned; %llu slabs adopted, %llu taken back from idle heaps\n",
+  out(f, "  threads: %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; %llu slabs adopted, %llu taken back from idle heaps\n",
       (unsigned long long)atomic_load(&hak_gstats.heaps_created),
       (unsigned long long)atomic_load(&hak_gstats.heaps_taken_over),
       (unsigned long long)atomic_load(&hak_gstats.heaps_taken_by_free),
       (unsigned long long)atomic_load(&hak_gstats.heap_waits),
       (unsigned long long)atomic_load(&hak_gstats.heap_waits_in_vain),
-      (unsigned long long)atomic_load(&hak_gstats.heaps_abandoned),
+      (unsigned long long)atomic_load(&hak_gstats.heaps_dissolved),
       (unsigned long long)atomic_load(&hak_gstats.slabs_adopted),
       (unsigned long long)atomic_load(&hak_gstats.slabs_reclaimed_idle));
   out(f, "  slab map: %s\n", slab_map_units != 0 ? "reserved (free's fast path)"
