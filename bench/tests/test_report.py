@@ -71,8 +71,23 @@ class AnalysisTest(unittest.TestCase):
             recs += [timed("hakmem", "w1", 1, rnd, 90.0, 1300), timed("glibc", "w1", 1, rnd, 100.0, 1000),
                      timed("hakmem", "w2", 1, rnd, 110.0, 1200), timed("glibc", "w2", 1, rnd, 100.0, 1000)]
         text = report.render({"allocators": [{"name": "hakmem"}, {"name": "glibc"}]}, recs, [])
-        self.assertIn("| w1 t=1 | 0.90 (glibc) * | 1.30 (glibc) * |", text)
-        self.assertIn("| w2 t=1 | 1.10 (glibc) | 1.20 (glibc) |", text)
+        self.assertIn("| w1 t=1 | 0.90 (glibc) * | 0 of 2 | 1.30 (glibc) * | 0 of 2 |", text)
+        self.assertIn("| w2 t=1 | 1.10 (glibc) | 2 of 2 | 1.20 (glibc) | 2 of 2 |", text)
+
+    def test_rounds_at_target_pairs_runs_by_round(self):
+        # Medians say hakmem is behind (95 against 100), but it led in one round of three;
+        # a warm-up round and a round the anchor failed are not counted.
+        recs = [timed("hakmem", "w", 1, 0, 500.0, 1, warmup=True), timed("glibc", "w", 1, 0, 1.0, 1, warmup=True)]
+        for rnd, (mine, theirs) in enumerate([(95.0, 100.0), (120.0, 90.0), (80.0, 100.0), (99.0, None)], 1):
+            recs.append(timed("hakmem", "w", 1, rnd, mine, 1000))
+            recs.append(timed("glibc", "w", 1, rnd, theirs, 1000, status="ok" if theirs else "failed"))
+        groups = report.group_timed(recs)
+        at = report.rounds_at_target(groups[("w", 1)], "glibc", lambda r: r["throughput"], lambda q: q >= 1.0)
+        self.assertEqual(at, (1, 3))
+        self.assertIsNone(report.rounds_at_target(groups[("w", 1)], "tcmalloc", lambda r: r["throughput"],
+                                                  lambda q: q >= 1.0))
+        text = report.render({"allocators": [{"name": "hakmem"}, {"name": "glibc"}]}, recs, [])
+        self.assertIn("| w t=1 | 0.97 (glibc) * | 1 of 3 | 1.00 (glibc) | 3 of 3 |", text)
 
 
 class GenerateTest(unittest.TestCase):
