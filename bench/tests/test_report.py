@@ -75,7 +75,7 @@ class AnalysisTest(unittest.TestCase):
         self.assertIn("| w2 t=1 | 1.10 (glibc) | 2 of 2 | 1.20 (glibc) | 2 of 2 |", text)
 
     def test_rounds_at_target_pairs_runs_by_round(self):
-        # Medians say hakmem is behind (95 against 100), but it led in one round of three;
+        # By medians hakmem is behind (97 against 100), but it led in one round of three;
         # a warm-up round and a round the anchor failed are not counted.
         recs = [timed("hakmem", "w", 1, 0, 500.0, 1, warmup=True), timed("glibc", "w", 1, 0, 1.0, 1, warmup=True)]
         for rnd, (mine, theirs) in enumerate([(95.0, 100.0), (120.0, 90.0), (80.0, 100.0), (99.0, None)], 1):
