@@ -221,20 +221,11 @@ static hak_heap_t *parked_take(hak_heap_t *want) {
 #define HINT_WAIT_PROBE 16
 static uint32_t hint_wait_score = 256, hint_wait_skipped;
 
-static struct timespec monotonic_after(long ns) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_nsec += ns;
-  t.tv_sec += t.tv_nsec / 1000000000L;
-  t.tv_nsec %= 1000000000L;
-  return t;
-}
-
 /* Waits, under heaps_lock, until `want` can be taken off the parked list or the time is
  * up. Returns it, or NULL. The condition wait is a cancellation point, and malloc must
  * not be one: a thread cancelled there would unwind holding heaps_lock. */
 static hak_heap_t *parked_wait_for(hak_heap_t *want) {
-  struct timespec deadline = monotonic_after(HINT_WAIT_NS);
+  struct timespec deadline = os_monotonic_after(HINT_WAIT_NS);
   hak_heap_t *h = NULL;
   int cancel_state;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);

@@ -19,6 +19,7 @@ void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL i
 bool os_protect(void *p, size_t size, bool accessible);
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
+struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
 void os_write_stderr(const char *msg, size_t len);
 
 /* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */

@@ -79,6 +79,15 @@ uint64_t os_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+struct timespec os_monotonic_after(long ns) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_nsec += ns;
+  t.tv_sec += t.tv_nsec / 1000000000L;
+  t.tv_nsec %= 1000000000L;
+  return t;
+}
+
 void os_write_stderr(const char *msg, size_t len) {
   while (len > 0) {
     ssize_t w = write(2, msg, len);
