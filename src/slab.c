@@ -50,6 +50,19 @@ size_t slab_trim_stale(hak_slab_t *s) {
   return n;
 }
 
+/* Carve colouring: the block a carve lists first, of its n. Every slab starts on a unit
+ * boundary, so if each carve's list began at its first block, the blocks a class hands
+ * out first, which a small working set keeps reusing, would sit at the same offsets
+ * within a page in every slab of every class and heap. Starting each slab's carves at a
+ * block picked from the slab's address spreads them, and changes no address, so the
+ * class's alignment, the pages written and the slab's capacity stay as they were.
+ * larson (1000 live blocks of 8-1000 bytes a thread), 1 and 2 threads: +11-12% throughput,
+ * same peak RSS; the same instructions and simulated cache misses under cachegrind. */
+static uint32_t carve_colour(const hak_slab_t *s, uint32_t n) {
+  uint32_t h = (uint32_t)(slab_base(s) >> UNIT_SHIFT) * 2654435761u; /* Fibonacci hashing */
+  return (uint32_t)((uint64_t)(h >> 8) * n >> 24);
+}
+
 bool slab_extend(hak_slab_t *s) {
   if (s->capacity >= s->reserved) return false;
   uint32_t n = class_carve[s->class_idx];
@@ -62,14 +75,17 @@ bool slab_extend(hak_slab_t *s) {
     secure_carve(s, first, n);
     return true;
   }
-  hak_block_t *b = (hak_block_t *)first;
+  /* The list runs from the coloured block to the carve's end, then from its start up to it. */
+  uintptr_t size = s->block_size, stop = first + (uintptr_t)n * size;
+  hak_block_t *head = (hak_block_t *)(first + carve_colour(s, n) * size), *b = head;
   for (uint32_t i = 0; i + 1 < n; i++) {
-    hak_block_t *next = (hak_block_t *)((uintptr_t)b + s->block_size);
-    b->next = next;
-    b = next;
+    uintptr_t next = (uintptr_t)b + size;
+    if (next == stop) next = first;
+    b->next = (hak_block_t *)next;
+    b = (hak_block_t *)next;
   }
   b->next = s->free;
-  s->free = (hak_block_t *)first;
+  s->free = head;
   return true;
 }
 
