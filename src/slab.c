@@ -57,7 +57,7 @@ size_t slab_trim_stale(hak_slab_t *s) {
  * block picked from the slab's address spreads them, and changes no address, so the
  * class's alignment, the pages written and the slab's capacity stay as they were.
  * larson (1000 live blocks of 8-1000 bytes a thread), 1 and 2 threads: +11-12% throughput,
- * same peak RSS; the same instructions and simulated cache misses under cachegrind. */
+ * same peak RSS; under cachegrind the same instructions and about the same simulated misses. */
 static uint32_t carve_colour(const hak_slab_t *s, uint32_t n) {
   uint32_t h = (uint32_t)(slab_base(s) >> UNIT_SHIFT) * 2654435761u; /* Fibonacci hashing */
   return (uint32_t)((uint64_t)(h >> 8) * n >> 24);
