@@ -98,7 +98,7 @@ enum region_map_kind {
 /* Large spans live inside regions up to half a region; bigger blocks get a mapping of
  * their own, which realloc can grow by moving pages instead of copying them. */
 #define LARGE_MAX (REGION_SIZE / 2)
-#define SLAB_MAX_UNITS 16 /* the largest mid class: 8 blocks of 128 KiB */
+#define SLAB_MAX_UNITS 8 /* the largest mid class: 4 blocks of 128 KiB */
 
 /* ---- owner word values ---------------------------------------------------------- */
 #define SLAB_FULL ((uintptr_t)1)   /* or'ed into a heap address */
