@@ -20,6 +20,11 @@ static uint64_t canary_w;
 static bool use_avx2; /* per-byte work in 32-byte steps (secure_init) */
 
 void secure_init(void) {
+  /* A size word's top bytes are the key's (sizes and addresses stay below 2^47), and its
+   * top byte is the byte right below the next block. In 0xC0..0xFF like the canary bytes,
+   * an underflow that writes a zero, text or a small number there always changes it (a
+   * random top byte equalled the byte written one run in 256, and the write went unseen). */
+  hak_list_key |= (uintptr_t)0xC0C0 << 48;
   for (unsigned i = 0; i < 8; i++)
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
   __builtin_cpu_init();
