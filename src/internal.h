@@ -12,6 +12,9 @@
 /* ---- os.c: the only file that talks to the kernel about memory ------------------ */
 void *os_map(size_t size);                       /* NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
+/* A huge block's mapping, charged like the C library's: its byte at `offset` aligned to
+ * `align`. NULL on failure. */
+void *os_map_block(size_t size, size_t align, size_t offset);
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size);             /* give pages back; they read as zero */
 void os_set_huge_pages(void *p, size_t size, bool enable);

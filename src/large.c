@@ -212,8 +212,12 @@ void huge_purge_oldest(size_t bytes) {
 
 void *huge_alloc(size_t n, size_t align, bool zero) {
   if (align < 16) align = 16;
-  size_t off = round_up(HUGE_HEADER, align);
-  if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {
+  /* Up to a region's alignment, the mapping's start is aligned to a region and the block
+   * starts the alignment's multiple past the header. Beyond, the header has the
+   * mapping's first chunk to itself and the mapping is placed so that the block, right
+   * after it, is aligned. */
+  size_t off = align > REGION_SIZE ? REGION_SIZE : round_up(HUGE_HEADER, align);
+  if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE || align >= (size_t)PTRDIFF_MAX / 2) {
     errno = ENOMEM;
     return NULL;
   }
@@ -224,7 +228,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   if (map_size <= HUGE_KEEP_MAX) {
     pthread_mutex_lock(&region_lock);
     for (uint32_t i = huge_kept_count; i-- > 0;) { /* the newest first */
-      if (huge_kept[i].map_size == map_size) {
+      if (huge_kept[i].map_size == map_size && ((huge_kept[i].base + off) & (align - 1)) == 0) {
         base = huge_kept_take(i).base;
         fresh = false;
         break;
@@ -232,7 +236,9 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
     }
     pthread_mutex_unlock(&region_lock);
   }
-  if (fresh) base = (uintptr_t)os_map_aligned(map_size, REGION_SIZE);
+  if (fresh)
+    base = align > REGION_SIZE ? (uintptr_t)os_map_block(map_size, align, off)
+                               : (uintptr_t)os_map_block(map_size, REGION_SIZE, 0);
   if (base == 0 || ((base + map_size - 1) >> ADDRESS_BITS) != 0) {
     if (base) os_unmap((void *)base, map_size);
     errno = ENOMEM;
@@ -344,7 +350,7 @@ void *huge_realloc(void *p, size_t n) {
   }
   void *target = os_remap((void *)base, old_size, new_size, NULL);
   if (target == NULL) {
-    void *fresh = os_map_aligned(new_size, REGION_SIZE);
+    void *fresh = os_map_block(new_size, REGION_SIZE, 0);
     if (fresh == NULL) {
       errno = ENOMEM;
       return NULL;

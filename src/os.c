@@ -8,30 +8,40 @@
 #include <time.h>
 #include <unistd.h>
 
-void *os_map(size_t size) {
-  /* Never executable: heap memory is data. */
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+/* Never executable: heap memory is data. `flags`: MAP_NORESERVE for hakmem's own
+ * reservations, which it touches lazily, or 0 for a block the program asked for, which
+ * the kernel's overcommit policy may refuse as it would the C library's. */
+static void *map_anonymous(size_t size, int flags) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
-void *os_map_aligned(size_t size, size_t align) {
-  /* Over-map by the alignment and trim both ends; the kernel hands out addresses
-   * top-down, so the next call's first try usually lands aligned already. */
-  void *p = os_map(size);
+void *os_map(size_t size) { return map_anonymous(size, MAP_NORESERVE); }
+
+/* `size` bytes whose byte at `offset` is aligned to `align`. Over-map by the alignment
+ * and trim both ends; the kernel hands out addresses top-down, so the next call's first
+ * try usually lands aligned already. */
+static void *map_aligned(size_t size, size_t align, size_t offset, int flags) {
+  void *p = map_anonymous(size, flags);
   if (p == NULL) return NULL;
-  if (((uintptr_t)p & (align - 1)) == 0) return p;
+  if ((((uintptr_t)p + offset) & (align - 1)) == 0) return p;
   os_unmap(p, size);
   size_t over = size + align;
   if (over < size) return NULL;
-  char *raw = os_map(over);
+  char *raw = map_anonymous(over, flags);
   if (raw == NULL) return NULL;
-  uintptr_t aligned = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
-  size_t head = aligned - (uintptr_t)raw;
+  uintptr_t start = (((uintptr_t)raw + offset + align - 1) & ~(uintptr_t)(align - 1)) - offset;
+  size_t head = start - (uintptr_t)raw;
   size_t tail = over - head - size;
   if (head) os_unmap(raw, head);
-  if (tail) os_unmap((char *)aligned + size, tail);
-  return (void *)aligned;
+  if (tail) os_unmap((char *)start + size, tail);
+  return (void *)start;
+}
+
+void *os_map_aligned(size_t size, size_t align) { return map_aligned(size, align, 0, MAP_NORESERVE); }
+
+void *os_map_block(size_t size, size_t align, size_t offset) {
+  return map_aligned(size, align, offset, 0);
 }
 
 void os_unmap(void *p, size_t size) {

@@ -403,6 +403,63 @@ static void test_posix_memalign(void) {
   }
 }
 
+/* Alignments past a region's 64 MiB, and the sizes of each tier (small, large, huge):
+ * blocks of alignments above 64 MiB were aligned only to 64 MiB. Each block is written
+ * at both ends and in the middle, and one is grown by realloc with its contents kept. */
+static void test_huge_alignments(void) {
+  const size_t sizes[] = {1, 3 * MiB + 1, 40 * MiB};
+  for (size_t a = 2 * MiB; a <= GiB; a *= 2) {
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+      size_t n = sizes[s];
+      void *p = NULL;
+      int rc = posix_memalign(&p, a, n);
+      char *blocks[3] = {rc == 0 ? p : NULL, aligned_alloc(a, n), memalign(a, n)};
+      CHECK(rc == 0, "posix_memalign(%zu MiB, %zu) returned %d", a / MiB, n, rc);
+      for (int k = 0; k < 3; k++) {
+        char *b = blocks[k];
+        REQUIRE(b != NULL, "alignment %zu MiB, size %zu: call %d returned NULL (errno %d)",
+                a / MiB, n, k, errno);
+        CHECK(tu_aligned(b, a), "alignment %zu MiB, size %zu: call %d gave %p", a / MiB, n, k,
+              (void *)b);
+        CHECK(malloc_usable_size(b) >= n, "alignment %zu MiB: usable %zu < %zu", a / MiB,
+              malloc_usable_size(b), n);
+        b[0] = 1, b[n / 2] = 2, b[n - 1] = 3;
+      }
+      if (a == 256 * MiB && n == 40 * MiB) {
+        char *q = realloc(blocks[0], 100 * MiB);
+        REQUIRE(q != NULL, "realloc of a 256 MiB-aligned block to 100 MiB failed");
+        CHECK(q[0] == 1 && q[n / 2] == 2 && q[n - 1] == 3, "realloc lost an aligned block's bytes");
+        q[100 * MiB - 1] = 4;
+        blocks[0] = q;
+      }
+      for (int k = 0; k < 3; k++) free(blocks[k]);
+    }
+  }
+}
+
+/* A huge block the kernel's overcommit policy refuses as a plain private mapping (as the
+ * C library maps one): malloc fails with ENOMEM too, rather than handing out address
+ * space whose first use gets the process killed. Where the policy lets the mapping
+ * through (overcommit_memory = 1), there is nothing to check. */
+static void test_overcommit_refused(void) {
+  const size_t n = (size_t)64 << 40; /* 64 TiB: more than RAM and swap on any test machine */
+  void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m != MAP_FAILED) {
+    munmap(m, n);
+    printf("  the kernel maps 64 TiB: overcommit refusal not checked\n");
+    return;
+  }
+  size_t s = tu_opaque(n);
+  EXPECT_NULL(malloc(s), ENOMEM, s);
+  EXPECT_NULL(calloc(1, s), ENOMEM, s);
+  EXPECT_NULL(realloc(NULL, s), ENOMEM, s);
+  EXPECT_NULL(aligned_alloc(MiB, s), ENOMEM, s);
+  void *grown = malloc(100);
+  REQUIRE(grown != NULL, "malloc(100) failed");
+  EXPECT_NULL(realloc(tu_hide(grown), s), ENOMEM, s);
+  free(grown);
+}
+
 static void test_aligned_alloc_memalign(void) {
   for (size_t a = 1; a <= MiB; a *= 2) {
     void *p = aligned_alloc(a, a * 3), *q = memalign(a, 100);
@@ -679,6 +736,8 @@ int main(int argc, char **argv) {
   RUN(test_exhaustion);
   RUN(test_posix_memalign);
   RUN(test_aligned_alloc_memalign);
+  RUN(test_huge_alignments);
+  RUN(test_overcommit_refused);
   RUN(test_valloc_pvalloc);
   RUN(test_free_sized);
   RUN(test_reallocarray);
