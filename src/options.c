@@ -2,6 +2,8 @@
 
 #include "internal.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,27 +14,50 @@ hak_options_t hak_opt = {
     .stats = false,
 };
 
-static bool read_long(const char *name, long *out) {
+/* A value we cannot use is reported, not silently dropped: a typo such as
+ * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect.
+ * Written with write(2): this runs inside the allocator's own start-up. */
+static void warn_ignored(const char *name, const char *value, const char *expected) {
+  const char *parts[] = {"hakmem: ignoring ", name, "=", value, " (expected ", expected,
+                         "); the default stays\n"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    os_write_stderr(parts[i], strlen(parts[i]));
+}
+
+static bool read_long(const char *name, long min, const char *expected, long *out) {
   const char *v = getenv(name);
   if (v == NULL || *v == '\0') return false;
   char *end;
+  errno = 0;
   long x = strtol(v, &end, 10);
-  if (*end != '\0') return false;
+  if (*end != '\0' || errno == ERANGE || x < min) {
+    warn_ignored(name, v, expected);
+    return false;
+  }
   *out = x;
   return true;
 }
 
 static void read_bool(const char *name, bool *out) {
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  static const char *const no[] = {"0", "false", "no", "off"};
   const char *v = getenv(name);
   if (v == NULL || *v == '\0') return;
-  *out = !(strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 ||
-           strcasecmp(v, "off") == 0);
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(v, yes[i]) == 0) { *out = true; return; }
+    if (strcasecmp(v, no[i]) == 0) { *out = false; return; }
+  }
+  warn_ignored(name, v, "1/0, true/false, yes/no or on/off");
 }
 
 void options_init(void) {
+  int saved_errno = errno; /* start-up must not leave errno changed for the caller */
   long x;
-  if (read_long("HAKMEM_PURGE_DELAY_MS", &x)) hak_opt.purge_delay_ms = x < 0 ? -1 : x;
-  if (read_long("HAKMEM_REGION_CACHE", &x) && x >= 0) hak_opt.region_cache = x;
+  if (read_long("HAKMEM_PURGE_DELAY_MS", LONG_MIN, "milliseconds, or -1 for never", &x))
+    hak_opt.purge_delay_ms = x < 0 ? -1 : x;
+  if (read_long("HAKMEM_REGION_CACHE", 0, "a count of regions, 0 or more", &x))
+    hak_opt.region_cache = x;
   read_bool("HAKMEM_THP", &hak_opt.thp);
   read_bool("HAKMEM_STATS", &hak_opt.stats);
+  errno = saved_errno;
 }

@@ -1,0 +1,43 @@
+#!/bin/sh
+# HAKMEM_* values: good ones take effect, unusable ones are reported on stderr and leave
+# the default in force. $1 is options_report (prints the options in force).
+prog=$1
+fail=0
+
+# run NAME=VALUE... : runs the program with exactly these HAKMEM_* settings, stderr in $out
+run() {
+  out=$(env -u HAKMEM_PURGE_DELAY_MS -u HAKMEM_REGION_CACHE -u HAKMEM_THP -u HAKMEM_STATS \
+        "$@" "$prog" 2>&1) || { echo "FAIL: $* exited with $?"; fail=1; }
+}
+expect() { # expect TEXT WHAT
+  case $out in *"$1"*) ;; *) echo "FAIL: $2: no \"$1\" in:"; echo "$out"; fail=1 ;; esac
+}
+expect_not() {
+  case $out in *"$1"*) echo "FAIL: $2: unexpected \"$1\" in:"; echo "$out"; fail=1 ;; esac
+}
+
+run
+expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults"
+expect_not "hakmem: ignoring" "defaults"
+
+run HAKMEM_PURGE_DELAY_MS=0 HAKMEM_REGION_CACHE=5 HAKMEM_THP=on
+expect "options: purge_delay_ms=0 region_cache=5 thp=1" "good values"
+expect_not "hakmem: ignoring" "good values"
+
+run HAKMEM_PURGE_DELAY_MS=-7 HAKMEM_THP=No
+expect "options: purge_delay_ms=-1 region_cache=2 thp=0" "negative delay means never"
+expect_not "hakmem: ignoring" "negative delay"
+
+run HAKMEM_PURGE_DELAY_MS=10ms HAKMEM_REGION_CACHE=-3 HAKMEM_THP=maybe HAKMEM_STATS=2
+expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=10ms" "delay with a unit"
+expect "hakmem: ignoring HAKMEM_REGION_CACHE=-3" "negative region cache"
+expect "hakmem: ignoring HAKMEM_THP=maybe" "THP not a switch value"
+expect "hakmem: ignoring HAKMEM_STATS=2" "STATS not a switch value"
+expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept"
+
+run HAKMEM_PURGE_DELAY_MS=99999999999999999999999
+expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=99999999999999999999999" "out of range"
+expect "options: purge_delay_ms=100 " "default kept after out of range"
+
+[ $fail = 0 ] && echo "options_env: all cases passed"
+exit $fail
