@@ -1,5 +1,6 @@
 # Convenience front end over CMake. `make bench` is the main job; `make test` runs every
-# test in the release, debug (invariant checks) and UBSan builds.
+# test in the release, debug (invariant checks) and sanitizer (UBSan, plus the core under
+# ThreadSanitizer for the tsan_* stress tests) builds.
 BUILD   ?= build
 JOBS    ?= $(shell nproc)
 CMAKE   ?= cmake
@@ -19,7 +20,7 @@ debug:
 	$(CMAKE) --build $(BUILD)/debug -j $(JOBS)
 
 ubsan:
-	$(CMAKE) -S . -B $(BUILD)/ubsan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_UBSAN=ON -DHAKMEM_BUILD_BENCH=OFF
+	$(CMAKE) -S . -B $(BUILD)/ubsan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_UBSAN=ON -DHAKMEM_TSAN=ON -DHAKMEM_BUILD_BENCH=OFF
 	$(CMAKE) --build $(BUILD)/ubsan -j $(JOBS)
 
 test-release: release

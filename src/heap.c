@@ -686,7 +686,8 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   /* The count this free left, kept: once it is down to the remote frees, the slab may
    * be taken and its count zeroed by heap_reclaim_idle, and a second read of it would
    * release the slab again. */
-  uint32_t left = --s->used;
+  uint32_t left = (uint16_t)(s->used - 1);
+  hak_tso_store(&s->used, (uint16_t)left);
   if (full) { /* it has room again: back to the class queue */
     uint32_t c = s->class_idx;
     queue_remove(&h->full[c], s);
@@ -721,7 +722,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
 static bool slab_all_remote(const hak_slab_t *s) {
   uintptr_t word = atomic_load_explicit(&s->remote, memory_order_acquire);
   uint32_t waiting = (uint32_t)(word >> REMOTE_COUNT_SHIFT);
-  return waiting != 0 && __atomic_load_n(&s->used, __ATOMIC_RELAXED) == waiting;
+  return waiting != 0 && __atomic_load_n(&s->used, __ATOMIC_ACQUIRE) == waiting;
 }
 
 /* Takes h's slabs whose blocks all came back, chaining them on *out. Caller holds

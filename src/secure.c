@@ -323,11 +323,13 @@ void secure_free(void *p) {
   uintptr_t oa = (uintptr_t)old;
   hak_slab_t *os = region_slab_of(oa);
   if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
-  if (hak_likely(os->owner == (uintptr_t)h)) {
+  if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
     block_set_next(old, os->local_free);
     os->local_free = old;
     hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
-    if (--os->used == 0) heap_slab_emptied(h, os);
+    uint16_t left = (uint16_t)(os->used - 1);
+    hak_tso_store(&os->used, left);
+    if (left == 0) heap_slab_emptied(h, os);
     return;
   }
   old->free_tag = 0;
