@@ -45,8 +45,15 @@ static inline uint64_t canary_at(uintptr_t a) {
   return r ? canary_w >> r | canary_w << (64 - r) : canary_w;
 }
 static inline uintptr_t *size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
-static inline size_t size_decode(const uintptr_t *w) { return *w ^ hak_list_key ^ (uintptr_t)w; }
-static inline void size_encode(uintptr_t *w, size_t n) { *w = n ^ hak_list_key ^ (uintptr_t)w; }
+/* Relaxed atomics (plain moves on x86): a free checks the size word of the block below
+ * its own, which a thread without a heap may be rewriting as it frees that block
+ * (release_unchecked); either value passes the check. */
+static inline size_t size_decode(const uintptr_t *w) {
+  return __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+}
+static inline void size_encode(uintptr_t *w, size_t n) {
+  __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
+}
 
 /* ---- per-byte work ------------------------------------------------------------- */
 /* Canary fills and checks and the zero check are written once, over 32-byte vectors, and

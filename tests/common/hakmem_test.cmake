@@ -37,25 +37,28 @@ endfunction()
 
 # hakmem_add_tsan_test(<name> <source> [ENV <var=value>...] [ARGS <arg>...])
 #
-# With HAKMEM_TSAN: builds <source> against the ThreadSanitizer build of hakmem's core
-# (the hakmem_tsan_core objects: everything but the standard names and the C++
-# operators, which TSan keeps for itself) with tsan_names.h renaming the test's
-# allocation calls to hak_*, and registers it as tsan_<name>. Any report fails it.
+# With HAKMEM_TSAN: builds <source> against the ThreadSanitizer builds of hakmem's core
+# (everything but the standard names and the C++ operators, which TSan keeps for itself)
+# with tsan_names.h renaming the test's allocation calls to hak_*, and registers
+# tsan_<name> (default core) and tsan_secure_<name> (hardened core). Any report fails them.
 function(hakmem_add_tsan_test name source)
   if(NOT TARGET hakmem_tsan_core)
     return()
   endif()
   cmake_parse_arguments(PARSE_ARGV 2 T "" "" "ENV;ARGS")
-  set(exe tsan_${name})
-  add_executable(${exe} ${source} $<TARGET_OBJECTS:hakmem_tsan_core>)
-  target_include_directories(${exe} PRIVATE
-    "${HAKMEM_TEST_COMMON_DIR}" "${HAKMEM_TEST_COMMON_DIR}/../../include")
-  target_compile_options(${exe} PRIVATE -Wall -Wextra -fsanitize=thread
-    -include "${HAKMEM_TEST_COMMON_DIR}/tsan_names.h")
-  target_link_options(${exe} PRIVATE -fsanitize=thread)
-  target_link_libraries(${exe} PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
-  set_target_properties(${exe} PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS ON)
-  add_test(NAME ${exe} COMMAND ${exe} ${T_ARGS})
-  set(env "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1" ${T_ENV})
-  set_tests_properties(${exe} PROPERTIES TIMEOUT 300 LABELS tsan ENVIRONMENT "${env}")
+  foreach(variant "" secure_)
+    set(exe tsan_${variant}${name})
+    set(core hakmem_tsan_${variant}core)
+    add_executable(${exe} ${source} $<TARGET_OBJECTS:${core}>)
+    target_include_directories(${exe} PRIVATE
+      "${HAKMEM_TEST_COMMON_DIR}" "${HAKMEM_TEST_COMMON_DIR}/../../include")
+    target_compile_options(${exe} PRIVATE -Wall -Wextra -fsanitize=thread
+      -include "${HAKMEM_TEST_COMMON_DIR}/tsan_names.h")
+    target_link_options(${exe} PRIVATE -fsanitize=thread)
+    target_link_libraries(${exe} PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+    set_target_properties(${exe} PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS ON)
+    add_test(NAME ${exe} COMMAND ${exe} ${T_ARGS})
+    set(env "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1" ${T_ENV})
+    set_tests_properties(${exe} PROPERTIES TIMEOUT 600 LABELS tsan ENVIRONMENT "${env}")
+  endforeach()
 endfunction()
