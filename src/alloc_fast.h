@@ -38,8 +38,9 @@ hak_inline void fast_free(void *p) {
     return;
   }
   uintptr_t a = (uintptr_t)p;
-  if (hak_likely((a >> UNIT_SHIFT) < slab_map_units)) {
-    /* slab_map is set before slab_map_units: read it after (x86 keeps loads in order). */
+  if (hak_likely((a >> UNIT_SHIFT) < hak_tso_load(&slab_map_units))) {
+    /* slab_map is set before slab_map_units: read it after (x86 keeps loads in order;
+     * hak_tso_load says so to ThreadSanitizer). */
     __asm__ volatile("" ::: "memory");
     /* Any pointer below the map's end finds a descriptor: its slab's, or the zero one
      * that no heap owns (NULL, libc's, huge, garbage: heap_free_other sorts them). */

@@ -1054,30 +1054,35 @@ static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint
     /* Neither the pin nor frees waiting in the remote list are live blocks. */
     uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
     uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT);
-    uint32_t live = s->used - (s == pinned);
+    uint32_t live = __atomic_load_n(&s->used, __ATOMIC_RELAXED) - (s == pinned);
     used[c] += live > waiting ? live - waiting : 0;
     slabs[c]++;
   }
 }
 
 /* Figures for the report. Other threads keep running, so they are a snapshot, not an
- * exact count; region_lock keeps every descriptor the walk can reach mapped. */
+ * exact count. Each heap is walked under its lock, which its owner holds whenever it
+ * changes its lists (and which keeps their slabs from being given away); the counts
+ * and quarantine slots the owner also writes on its fast paths are read as relaxed
+ * atomics. The abandoned lists belong to region_lock. */
 void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]) {
   if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return;
   /* The caller's own frees into other heaps' slabs count as done: hand them over. */
   if (hak_tls_heap != &hak_heap_empty) heap_remote_flush(hak_tls_heap);
   pthread_mutex_lock(&heaps_lock);
-  pthread_mutex_lock(&region_lock);
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
+    pthread_mutex_lock(&h->lock);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       walk_queue(&h->queue[c], h->pinned[c], c, used, slabs);
       walk_queue(&h->full[c], h->pinned[c], c, used, slabs);
     }
     for (uint32_t i = 0; HAKMEM_SECURE && i < QUARANTINE_SLOTS; i++) { /* freed, not reusable */
-      hak_block_t *q = h->quarantine[i];
+      hak_block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
       if (q != NULL) used[region_slab_of((uintptr_t)q)->class_idx]--;
     }
+    pthread_mutex_unlock(&h->lock);
   }
+  pthread_mutex_lock(&region_lock);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) walk_queue(&abandoned[c], NULL, c, used, slabs);
   pthread_mutex_unlock(&region_lock);
   pthread_mutex_unlock(&heaps_lock);

@@ -108,7 +108,7 @@ void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live);
  * OWNER_NONE) for any other pointer below the map's end. The caller has checked
  * a >> UNIT_SHIFT < slab_map_units. */
 hak_inline hak_slab_t *slab_map_lookup(uintptr_t a) {
-  return (hak_slab_t *)((uintptr_t)slab_map + slab_map[a >> UNIT_SHIFT]);
+  return (hak_slab_t *)((uintptr_t)slab_map + hak_tso_load(&slab_map[a >> UNIT_SHIFT]));
 }
 hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab_t *)slab_map; }
 hak_inline uintptr_t slab_owner(const hak_slab_t *s) {

@@ -8,12 +8,28 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+/* The kernel orders an munmap before any later mmap that gets the same addresses back,
+ * and hakmem's maps of the address space (region map, slab map) are rewritten across
+ * such a reuse by whichever threads unmapped and mapped. ThreadSanitizer cannot see
+ * that order, so it is told: every unmapping releases, every mapping acquires. */
+static char mapping_order;
+#define note_unmapping() __tsan_release(&mapping_order)
+#define note_mapped() __tsan_acquire(&mapping_order)
+#else
+#define note_unmapping() ((void)0)
+#define note_mapped() ((void)0)
+#endif
+
 /* Never executable: heap memory is data. `flags`: MAP_NORESERVE for hakmem's own
  * reservations, which it touches lazily, or 0 for a block the program asked for, which
  * the kernel's overcommit policy may refuse as it would the C library's. */
 static void *map_anonymous(size_t size, int flags) {
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
+  if (p == MAP_FAILED) return NULL;
+  note_mapped();
+  return p;
 }
 
 void *os_map(size_t size) { return map_anonymous(size, MAP_NORESERVE); }
@@ -45,6 +61,7 @@ void *os_map_block(size_t size, size_t align, size_t offset) {
 }
 
 void os_unmap(void *p, size_t size) {
+  note_unmapping();
   if (munmap(p, size) != 0 && HAKMEM_DEBUG) hak_fatal("munmap failed");
 }
 
@@ -65,9 +82,12 @@ void os_set_huge_pages(void *p, size_t size, bool enable) {
 /* Grows a mapping where it is, or (to != NULL) moves its pages to `to`, a mapping of
  * new_size bytes made for it. Pages move, nothing is copied. NULL on failure. */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *to) {
+  note_unmapping();
   void *p = to ? mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to)
                : mremap(old, old_size, new_size, 0);
-  return p == MAP_FAILED ? NULL : p;
+  if (p == MAP_FAILED) return NULL;
+  note_mapped();
+  return p;
 }
 
 bool os_protect(void *p, size_t size, bool accessible) {

@@ -287,7 +287,7 @@ static void quarantine_release(void *p, bool check) {
 void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
     void *q = h->quarantine[i];
-    h->quarantine[i] = NULL;
+    __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
     if (q) quarantine_release(q, check);
   }
 }
@@ -322,7 +322,7 @@ void secure_free(void *p) {
   }
   uint32_t i = h->quarantine_next;
   hak_block_t *old = h->quarantine[i];
-  h->quarantine[i] = b;
+  __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
   h->quarantine_next = (i + 1) % QUARANTINE_SLOTS;
   if (old == NULL) return;
   /* Release the oldest block: checked, then freed like the fast path frees (its tag is

@@ -61,5 +61,5 @@ void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live) {
   if (slab_map == NULL) return;
   uintptr_t *e = region_entries(region_of((uintptr_t)s)) + first;
   uintptr_t v = live ? (uintptr_t)s - (uintptr_t)slab_map : 0;
-  for (size_t u = 0; u < units; u++) __atomic_store_n(&e[u], v, __ATOMIC_RELAXED);
+  for (size_t u = 0; u < units; u++) __atomic_store_n(&e[u], v, __ATOMIC_RELEASE);
 }

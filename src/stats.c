@@ -108,7 +108,7 @@ void stats_print(FILE *f) {
       (unsigned long long)atomic_load(&hak_gstats.heaps_dissolved),
       (unsigned long long)atomic_load(&hak_gstats.slabs_adopted),
       (unsigned long long)atomic_load(&hak_gstats.slabs_reclaimed_idle));
-  out(f, "  slab map: %s\n", slab_map_units != 0 ? "reserved (free's fast path)"
+  out(f, "  slab map: %s\n", __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0 ? "reserved (free's fast path)"
                                                    : "not reserved (every free asks the region header)");
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d\n", hak_opt.purge_delay_ms,
       hak_opt.region_cache, (int)hak_opt.thp);
