@@ -20,6 +20,9 @@ void os_purge(void *p, size_t size);             /* give pages back; they read a
 void os_set_huge_pages(void *p, size_t size, bool enable);
 void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL if it cannot */
 bool os_protect(void *p, size_t size, bool accessible);
+/* Address space that reads as zero and costs no commit charge until made writable. */
+void *os_reserve_readonly(size_t size); /* NULL on failure */
+bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or read-only */
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */

@@ -94,6 +94,17 @@ bool os_protect(void *p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
+void *os_reserve_readonly(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  note_mapped();
+  return p;
+}
+
+bool os_set_writable(void *p, size_t size, bool writable) {
+  return mprotect(p, size, writable ? PROT_READ | PROT_WRITE : PROT_READ) == 0;
+}
+
 size_t os_page_size(void) {
   static size_t page;
   if (page == 0) {

@@ -16,7 +16,6 @@
  * free takes that slow path. Entries are written under region_lock, read without it. */
 #include "internal.h"
 
-#include <sys/mman.h>
 
 uintptr_t *slab_map;
 size_t slab_map_units;
@@ -34,9 +33,8 @@ void slab_map_init(void) {
   static bool tried;
   if (tried) return;
   tried = true;
-  void *p = mmap(NULL, SLAB_MAP_UNITS * sizeof(uintptr_t), PROT_READ,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return;
+  void *p = os_reserve_readonly(SLAB_MAP_UNITS * sizeof(uintptr_t));
+  if (p == NULL) return;
   slab_map = p;
   __atomic_store_n(&slab_map_units, SLAB_MAP_UNITS, __ATOMIC_RELEASE);
 }
@@ -47,14 +45,14 @@ static uintptr_t *region_entries(const hak_region_t *r) {
 
 bool slab_map_add_region(const hak_region_t *r) {
   if (slab_map == NULL) return true;
-  return mprotect(region_entries(r), MAP_PAGE_BYTES, PROT_READ | PROT_WRITE) == 0;
+  return os_set_writable(region_entries(r), MAP_PAGE_BYTES, true);
 }
 
 void slab_map_remove_region(const hak_region_t *r) {
   if (slab_map == NULL) return;
   uintptr_t *e = region_entries(r);
-  madvise(e, MAP_PAGE_BYTES, MADV_DONTNEED); /* reads as zero again */
-  mprotect(e, MAP_PAGE_BYTES, PROT_READ);
+  os_purge(e, MAP_PAGE_BYTES); /* reads as zero again */
+  os_set_writable(e, MAP_PAGE_BYTES, false);
 }
 
 void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live) {
