@@ -16,7 +16,6 @@
  * free takes that slow path. Entries are written under region_lock, read without it. */
 #include "internal.h"
 
-
 uintptr_t *slab_map;
 size_t slab_map_units;
 

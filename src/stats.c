@@ -108,8 +108,9 @@ void stats_print(FILE *f) {
       (unsigned long long)atomic_load(&hak_gstats.heaps_dissolved),
       (unsigned long long)atomic_load(&hak_gstats.slabs_adopted),
       (unsigned long long)atomic_load(&hak_gstats.slabs_reclaimed_idle));
-  out(f, "  slab map: %s\n", __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0 ? "reserved (free's fast path)"
-                                                   : "not reserved (every free asks the region header)");
+  bool map_reserved = __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
+  out(f, "  slab map: %s\n", map_reserved ? "reserved (free's fast path)"
+                                        : "not reserved (every free asks the region header)");
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d\n", hak_opt.purge_delay_ms,
       hak_opt.region_cache, (int)hak_opt.thp);
 }

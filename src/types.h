@@ -36,11 +36,11 @@
 /* Keeps the compiler from moving memory accesses across it; emits nothing. */
 #define hak_compiler_barrier() __asm__ volatile("" ::: "memory")
 
-/* Words the owner accesses plainly while other threads use atomics on them (the owner
- * word on free; a slab's `used`). The protocol relies on x86 keeping stores in order and
- * loads in order, plus a compiler barrier, for fewer instructions per free than C11
- * atomics (make perfcheck: +1 for a relaxed load of the owner, +3 for a release store
- * of the count). A ThreadSanitizer build turns them into the acquire loads and release
+/* Words read or written plainly on a fast path while other threads use atomics on them
+ * (the owner word and a slab's `used` on free; the slab map's size and entries). The
+ * protocol relies on x86 keeping stores in order and loads in order, plus a compiler
+ * barrier, for fewer instructions per free than C11 atomics (make perfcheck: +1 for a
+ * relaxed load of the owner, +3 for a release store of the count). A ThreadSanitizer build turns them into the acquire loads and release
  * stores x86 gives, so that what it reports is a race in the protocol, not these. */
 #if defined(__SANITIZE_THREAD__)
 #define hak_tso_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
