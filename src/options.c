@@ -24,8 +24,13 @@ static void warn_ignored(const char *name, const char *value, const char *expect
     os_write_stderr(parts[i], strlen(parts[i]));
 }
 
+/* secure_getenv: a set-user-ID or set-group-ID program ignores HAKMEM_*, as the C
+ * library ignores its own MALLOC_* settings there, so that whoever starts it cannot steer
+ * its allocator or make it print statistics. */
+static const char *option_value(const char *name) { return secure_getenv(name); }
+
 static bool read_long(const char *name, long min, const char *expected, long *out) {
-  const char *v = getenv(name);
+  const char *v = option_value(name);
   if (v == NULL || *v == '\0') return false;
   char *end;
   errno = 0;
@@ -41,7 +46,7 @@ static bool read_long(const char *name, long min, const char *expected, long *ou
 static void read_bool(const char *name, bool *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"};
   static const char *const no[] = {"0", "false", "no", "off"};
-  const char *v = getenv(name);
+  const char *v = option_value(name);
   if (v == NULL || *v == '\0') return;
   for (size_t i = 0; i < 4; i++) {
     if (strcasecmp(v, yes[i]) == 0) { *out = true; return; }
