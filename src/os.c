@@ -22,14 +22,18 @@ static char mapping_order;
 #define note_mapped() ((void)0)
 #endif
 
+static void *map_anonymous_prot(size_t size, int prot, int flags) {
+  void *p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  note_mapped();
+  return p;
+}
+
 /* Never executable: heap memory is data. `flags`: MAP_NORESERVE for hakmem's own
  * reservations, which it touches lazily, or 0 for a block the program asked for, which
  * the kernel's overcommit policy may refuse as it would the C library's. */
 static void *map_anonymous(size_t size, int flags) {
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  note_mapped();
-  return p;
+  return map_anonymous_prot(size, PROT_READ | PROT_WRITE, flags);
 }
 
 void *os_map(size_t size) { return map_anonymous(size, MAP_NORESERVE); }
@@ -95,10 +99,7 @@ bool os_protect(void *p, size_t size, bool accessible) {
 }
 
 void *os_reserve_readonly(size_t size) {
-  void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  note_mapped();
-  return p;
+  return map_anonymous_prot(size, PROT_READ, MAP_NORESERVE);
 }
 
 bool os_set_writable(void *p, size_t size, bool writable) {
