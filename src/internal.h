@@ -141,7 +141,8 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
 bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
 uint32_t slab_collect_slow(hak_slab_t *s);
-size_t slab_trim_stale(hak_slab_t *s);    /* purge written pages past the carved blocks */
+bool slab_has_stale(const hak_slab_t *s); /* written pages past the carved blocks, enough to purge */
+size_t slab_trim_stale(hak_slab_t *s);    /* purge them */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
 extern _Atomic bool slab_remote_seen; /* has any thread ever freed into another's slab? */
 hak_inline bool slab_has_remote(hak_slab_t *s) {

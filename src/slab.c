@@ -39,13 +39,18 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
  * carved. Carving reuses them in time, but a slab carves only as far as its class
  * needs, so they could stay resident, unused, until the slab is given up: on deferred
  * work, those past the carved blocks go back. Returns the bytes given back. */
-size_t slab_trim_stale(hak_slab_t *s) {
+/* Where a slab's written pages should end: its carved blocks, rounded up to a page. */
+static size_t stale_keep(const hak_slab_t *s) {
   size_t page = os_page_size();
-  uintptr_t base = slab_base(s);
-  size_t keep = (s->start - base + (size_t)s->capacity * s->block_size + page - 1) & ~(page - 1);
-  if (s->touched < keep + STALE_PURGE_MIN) return 0;
-  size_t n = s->touched - keep;
-  os_purge((void *)(base + keep), n);
+  return (s->start - slab_base(s) + (size_t)s->capacity * s->block_size + page - 1) & ~(page - 1);
+}
+
+bool slab_has_stale(const hak_slab_t *s) { return s->touched >= stale_keep(s) + STALE_PURGE_MIN; }
+
+size_t slab_trim_stale(hak_slab_t *s) {
+  if (!slab_has_stale(s)) return 0;
+  size_t keep = stale_keep(s), n = s->touched - keep;
+  os_purge((void *)(slab_base(s) + keep), n);
   s->touched = (uint32_t)keep;
   return n;
 }

@@ -103,6 +103,7 @@ enum region_map_kind {
 #define TINY_CLASSES 32 /* 16..256 by 16, 288..512 by 32, 576..1024 by 64 */
 #define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
+_Static_assert(NUM_CLASSES <= 64, "hak_heap_t.stale_classes has a bit per class");
 #define DIRECT_SLOTS (TINY_MAX / 16 + 1)
 /* Aligned allocation up to this size (and so alignment) goes through direct slots: the
  * tiny ones, and one more per mid class up to it (1280 .. 4096), after them. */
@@ -233,7 +234,8 @@ typedef struct hak_heap {
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
-  bool trim_pending;                    /* a slab made since the last heap_trim_stale */
+  uint64_t stale_classes;               /* classes given a slab with stale pages since the
+                                           last heap_trim_stale (bit c: class c) */
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
   struct hak_heap *pool_next;           /* recycled heap structures; parked heaps */
   uint64_t parked_ms;                   /* when its thread exited and left it whole */
