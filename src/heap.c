@@ -923,8 +923,12 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
     heap_purge_free_blocks(h);
   }
   if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
-  for (uint32_t c = 0; c < NUM_CLASSES; c++)
-    if (h->full[c].head) heap_collect_full(h, c);
+  /* Only other threads' frees change a full slab: until a first one, there is nothing to
+   * find (memory_behaviour's single thread walked thousands of full slabs at every pass:
+   * heap_collect_full, 1.3% of perf samples). */
+  if (atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
+    for (uint32_t c = 0; c < NUM_CLASSES; c++)
+      if (h->full[c].head) heap_collect_full(h, c);
   if (pthread_mutex_trylock(&region_lock) == 0) {
     sweep_abandoned_locked(now, false);
     region_purge(now, hak_opt.purge_delay_ms, false);
