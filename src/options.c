@@ -6,6 +6,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
 
 hak_options_t hak_opt = {
     .purge_delay_ms = 100,
@@ -14,14 +16,15 @@ hak_options_t hak_opt = {
     .stats = false,
 };
 
+/* Warnings are written with write(2): this runs inside the allocator's own start-up. */
+static void put_stderr(const char *text) { os_write_stderr(text, strlen(text)); }
+
 /* A value we cannot use is reported, not silently dropped: a typo such as
- * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect.
- * Written with write(2): this runs inside the allocator's own start-up. */
+ * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect. */
 static void warn_ignored(const char *name, const char *value, const char *expected) {
   const char *parts[] = {"hakmem: ignoring ", name, "=", value, " (expected ", expected,
                          "); the default stays\n"};
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    os_write_stderr(parts[i], strlen(parts[i]));
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
 }
 
 /* secure_getenv: a set-user-ID or set-group-ID program ignores HAKMEM_*, as the C
@@ -55,14 +58,45 @@ static void read_bool(const char *name, bool *out) {
   warn_ignored(name, v, "1/0, true/false, yes/no or on/off");
 }
 
+/* A HAKMEM_ name that is none of ours is reported too: a misspelt one, such as
+ * HAKMEM_PURGE_DELAY=0, would otherwise be a setting that silently does nothing. */
+static const char *const option_names[] = {"HAKMEM_PURGE_DELAY_MS", "HAKMEM_REGION_CACHE",
+                                           "HAKMEM_THP", "HAKMEM_STATS"};
+enum { OPT_PURGE_DELAY_MS, OPT_REGION_CACHE, OPT_THP, OPT_STATS,
+       OPTION_COUNT = sizeof option_names / sizeof option_names[0] };
+
+static bool known_option(const char *entry, size_t len) {
+  for (size_t i = 0; i < OPTION_COUNT; i++)
+    if (strlen(option_names[i]) == len && memcmp(entry, option_names[i], len) == 0) return true;
+  return false;
+}
+
+static void warn_unknown_names(void) {
+  if (getauxval(AT_SECURE)) return; /* every HAKMEM_ name is ignored there */
+  for (char **e = environ; e != NULL && *e != NULL; e++) {
+    if (strncmp(*e, "HAKMEM_", 7) != 0) continue;
+    size_t len = strcspn(*e, "=");
+    if (known_option(*e, len)) continue;
+    put_stderr("hakmem: ignoring unknown option ");
+    os_write_stderr(*e, len);
+    put_stderr(" (known:");
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+      put_stderr(" ");
+      put_stderr(option_names[i]);
+    }
+    put_stderr(")\n");
+  }
+}
+
 void options_init(void) {
   int saved_errno = errno; /* start-up must not leave errno changed for the caller */
+  warn_unknown_names();
   long x;
-  if (read_long("HAKMEM_PURGE_DELAY_MS", LONG_MIN, "milliseconds, or -1 for never", &x))
+  if (read_long(option_names[OPT_PURGE_DELAY_MS], LONG_MIN, "milliseconds, or -1 for never", &x))
     hak_opt.purge_delay_ms = x < 0 ? -1 : x;
-  if (read_long("HAKMEM_REGION_CACHE", 0, "a count of regions, 0 or more", &x))
+  if (read_long(option_names[OPT_REGION_CACHE], 0, "a count of regions, 0 or more", &x))
     hak_opt.region_cache = x;
-  read_bool("HAKMEM_THP", &hak_opt.thp);
-  read_bool("HAKMEM_STATS", &hak_opt.stats);
+  read_bool(option_names[OPT_THP], &hak_opt.thp);
+  read_bool(option_names[OPT_STATS], &hak_opt.stats);
   errno = saved_errno;
 }

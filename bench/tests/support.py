@@ -18,10 +18,10 @@ _compiled = None
 
 
 def bin_dir():
-    """The built workloads: $HAKMEM_BENCH_BIN_DIR (set by ctest) if complete, else compiled
+    """The built workloads: $BENCH_BIN_DIR (set by ctest) if complete, else compiled
     once per test process into a temporary directory."""
     global _compiled
-    given = os.environ.get("HAKMEM_BENCH_BIN_DIR")
+    given = os.environ.get("BENCH_BIN_DIR")
     if given and os.path.isdir(given) and not binaries.missing(given):
         return given
     if _compiled is None:

@@ -1,6 +1,6 @@
 #!/bin/sh
-# HAKMEM_* values: good ones take effect, unusable ones are reported on stderr and leave
-# the default in force. $1 is options_report (prints the options in force).
+# HAKMEM_* values: good ones take effect, unusable ones and unknown names are reported on
+# stderr and leave the defaults in force. $1 is options_report (prints the options in force).
 prog=$1
 fail=0
 
@@ -42,6 +42,12 @@ run HAKMEM_PURGE_DELAY_MS=99999999999999999999999
 expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=99999999999999999999999" "out of range"
 expect "options: purge_delay_ms=100 " "default kept after out of range"
 
+run HAKMEM_PURGE_DELAY=0 HAKMEM_Stats=1 HAKMEM_THP=1
+expect "hakmem: ignoring unknown option HAKMEM_PURGE_DELAY (known: HAKMEM_PURGE_DELAY_MS " "misspelt name"
+expect "hakmem: ignoring unknown option HAKMEM_Stats (known:" "name in the wrong case"
+expect_not "unknown option HAKMEM_THP" "known name next to unknown ones"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "unknown names change nothing"
+
 # A set-user-ID program ignores HAKMEM_*: a copy of the program owned by another user
 # with the set-user-ID bit, started by root, runs in secure mode (AT_SECURE). Needs root
 # and a file system that honours the bit; otherwise the case is skipped, said so.
@@ -49,7 +55,8 @@ if [ "$(id -u)" = 0 ]; then
   dir=$(mktemp -d "${TMPDIR:-/tmp}/options_env.XXXXXX")
   cp "$prog" "$dir/options_report" && chmod 755 "$dir" &&
     chown 65534 "$dir/options_report" && chmod 4755 "$dir/options_report"
-  run_program "$dir/options_report" HAKMEM_PURGE_DELAY_MS=0 HAKMEM_STATS=1 HAKMEM_THP=maybe
+  run_program "$dir/options_report" HAKMEM_PURGE_DELAY_MS=0 HAKMEM_STATS=1 HAKMEM_THP=maybe \
+    HAKMEM_PURGE_DELAY=0
   case $out in
     *at_secure=1*)
       expect "options: purge_delay_ms=100 region_cache=2 thp=0" "set-user-ID keeps the defaults"
