@@ -7,7 +7,7 @@ CMAKE   ?= cmake
 GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 PYTHON  ?= python3
 
-.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan bench bench-full perfcheck perfcheck-update install clean
+.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full perfcheck perfcheck-update install clean
 
 all: release
 
@@ -33,6 +33,11 @@ test-ubsan: ubsan
 	cd $(BUILD)/ubsan && ctest -j $(JOBS) --output-on-failure --timeout 600 -LE preload
 
 test: test-release test-debug test-ubsan
+
+# Portability: cross-built for 64-bit Arm with warnings as errors, tests under qemu-user
+# (see .ci/aarch64 for the packages it needs and the tests it leaves out).
+cross-aarch64:
+	BUILD=$(BUILD) JOBS=$(JOBS) .ci/aarch64
 
 bench: release
 	$(PYTHON) bench/harness/run.py --quick --hakmem $(BUILD)/release/libhakmem.so --out bench-results/quick

@@ -35,9 +35,8 @@ static void fork_child(void) {
 static uintptr_t random_word(void) {
   uintptr_t v = 0;
   if (getrandom(&v, sizeof v, GRND_NONBLOCK) != sizeof v) {
-    unsigned lo, hi;
-    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-    v = ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&v ^ ((uintptr_t)getpid() << 17);
+    struct timespec t = os_monotonic_after(0); /* a weaker mix, where getrandom fails */
+    v = ((uintptr_t)t.tv_sec << 30 ^ (uintptr_t)t.tv_nsec) ^ (uintptr_t)&v ^ ((uintptr_t)getpid() << 17);
   }
   return v | 1; /* never zero, so a zeroed word is never a valid free tag */
 }

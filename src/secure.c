@@ -18,6 +18,12 @@
  * start-up, holds all eight. */
 static uint64_t canary_w;
 static bool use_avx2; /* per-byte work in 32-byte steps (secure_init) */
+/* x86 builds also compile the per-byte loops for AVX2 and pick at start-up. */
+#if defined(__x86_64__) || defined(__i386__)
+#define SECURE_AVX2_VARIANTS 1
+#else
+#define SECURE_AVX2_VARIANTS 0
+#endif
 
 void secure_init(void) {
   /* A size word's top bytes are the key's (sizes and addresses stay below 2^47), and its
@@ -27,8 +33,10 @@ void secure_init(void) {
   hak_list_key |= (uintptr_t)0xC0C0 << 48;
   for (unsigned i = 0; i < 8; i++)
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
+#if SECURE_AVX2_VARIANTS
   __builtin_cpu_init();
   use_avx2 = __builtin_cpu_supports("avx2");
+#endif
 }
 
 /* Unaligned words: the gap after a block's data starts anywhere. */
@@ -154,6 +162,7 @@ hak_noinline static bool canary_intact_base(uintptr_t from, uintptr_t to) {
   return canary_intact_body(from, to);
 }
 hak_noinline static bool still_clean_base(uintptr_t a, const hak_slab_t *s) { return still_clean_body(a, s); }
+#if SECURE_AVX2_VARIANTS
 hak_noinline __attribute__((target("avx2"))) static void canary_fill_avx2(uintptr_t from, uintptr_t to) {
   canary_fill_body(from, to);
 }
@@ -163,6 +172,11 @@ hak_noinline __attribute__((target("avx2"))) static bool canary_intact_avx2(uint
 hak_noinline __attribute__((target("avx2"))) static bool still_clean_avx2(uintptr_t a, const hak_slab_t *s) {
   return still_clean_body(a, s);
 }
+#else /* use_avx2 stays false */
+#define canary_fill_avx2 canary_fill_base
+#define canary_intact_avx2 canary_intact_base
+#define still_clean_avx2 still_clean_base
+#endif
 
 static inline void canary_fill(uintptr_t from, uintptr_t to) {
   if (hak_likely(to - from <= 32)) canary_fill_short(from, to);

@@ -13,6 +13,7 @@
  * listed first. Usage: carve_colour [seed] (the seed is printed, not used: the layout
  * depends only on the addresses the kernel gives).
  */
+#include <malloc.h>
 #include <pthread.h>
 
 #include "test_util.h"
