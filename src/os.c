@@ -107,12 +107,15 @@ bool os_set_writable(void *p, size_t size, bool writable) {
 }
 
 size_t os_page_size(void) {
-  static size_t page;
-  if (page == 0) {
+  /* Threads may race to set it, with the same value. */
+  static _Atomic size_t page;
+  size_t p = atomic_load_explicit(&page, memory_order_relaxed);
+  if (p == 0) {
     long v = sysconf(_SC_PAGESIZE);
-    page = v > 0 ? (size_t)v : 4096;
+    p = v > 0 ? (size_t)v : 4096;
+    atomic_store_explicit(&page, p, memory_order_relaxed);
   }
-  return page;
+  return p;
 }
 
 uint64_t os_now_ms(void) {
