@@ -1,5 +1,7 @@
-/* The hardened build's checks (HAKMEM_SECURE=1, libhakmem-secure). In the default build
- * every function here is dead code that the optimiser drops.
+/* The hardened build's checks (HAKMEM_SECURE=1, libhakmem-secure). The default build
+ * compiles none of it: its callers' `if (HAKMEM_SECURE)` branches fold away, and the
+ * CPU-feature check below would otherwise bring in libgcc's start-up constructor, which
+ * runs CPUID at every program's load.
  *
  * A hardened small block of class size S holding n bytes:
  *   [0, n) user data | [n, S-8) canary bytes | [S-8, S) size word = n ^ key ^ address
@@ -11,6 +13,8 @@
 
 #include <errno.h>
 #include <string.h>
+
+#if HAKMEM_SECURE
 
 /* ---- canary bytes and size words ----------------------------------------------- */
 /* Canary bytes are in 0xC0..0xFF, so zeros, text and small numbers written past the end
@@ -435,3 +439,5 @@ void *secure_malloc(size_t n) {
   }
   return secure_arm(fast_malloc_raw(n + SECURE_TAIL), n);
 }
+
+#endif /* HAKMEM_SECURE */
