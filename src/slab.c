@@ -35,10 +35,6 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   __atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
 }
 
-/* A reused span may still hold pages an earlier use wrote past what this slab has
- * carved. Carving reuses them in time, but a slab carves only as far as its class
- * needs, so they could stay resident, unused, until the slab is given up: on deferred
- * work, those past the carved blocks go back. Returns the bytes given back. */
 /* Where a slab's written pages should end: its carved blocks, rounded up to a page. */
 static size_t stale_keep(const hak_slab_t *s) {
   size_t page = os_page_size();
@@ -47,6 +43,10 @@ static size_t stale_keep(const hak_slab_t *s) {
 
 bool slab_has_stale(const hak_slab_t *s) { return s->touched >= stale_keep(s) + STALE_PURGE_MIN; }
 
+/* A reused span may still hold pages an earlier use wrote past what this slab has
+ * carved. Carving reuses them in time, but a slab carves only as far as its class
+ * needs, so they could stay resident, unused, until the slab is given up: on deferred
+ * work, those past the carved blocks go back. Returns the bytes given back. */
 size_t slab_trim_stale(hak_slab_t *s) {
   if (!slab_has_stale(s)) return 0;
   size_t keep = stale_keep(s), n = s->touched - keep;
