@@ -100,7 +100,7 @@ enum region_map_kind {
 /* ---- size classes -------------------------------------------------------------- */
 #define TINY_MAX 1024
 #define MID_MAX ((size_t)128 * 1024)
-#define TINY_CLASSES 32 /* 16..256 by 16, 288..512 by 32, 576..1024 by 64 */
+#define TINY_CLASSES 20 /* 16..128 by 16, then 4 per doubling to 1024 */
 #define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
 _Static_assert(NUM_CLASSES <= 64, "hak_heap_t.stale_classes has a bit per class");
