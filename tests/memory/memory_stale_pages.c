@@ -6,10 +6,11 @@
  * nothing else returns them while the test runs). Then 8 threads each allocate and keep
  * one block of each of the 8 tiny classes from 320 bytes up. Those slabs span 2 units
  * (128 KiB, up to 512 bytes) or 8 (512 KiB, above): 2.5 MiB a thread. A new span goes
- * where pages are resident, so they land on the freed spans, and each carves 8 blocks,
- * leaving the rest written and unused. Each thread then mallocs and frees for 60 ms, which runs its
- * deferred passes, and waits for the others. Bound: RSS at that point is at least 6 MiB below
- * what it was after the free (19.9 MiB below, measured; 0.1 MiB above without the pass).
+ * where pages are resident, so they land on the freed spans, and each carves a page or 8
+ * blocks, leaving the rest written and unused. Each thread then mallocs and frees for 60
+ * ms, which runs its deferred passes, and waits for the others. Bound: RSS at that point
+ * is at least 6 MiB below what it was after the free (19.9 MiB below, measured; 0.1 MiB
+ * above without the pass).
  *
  * Usage: memory_stale_pages
  */
