@@ -20,15 +20,12 @@ uint32_t class_align[NUM_CLASSES];
 uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
 uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 16];
 
-static uint32_t tiny_size(unsigned c) {
+/* One sequence for both tiers: the tiny classes from 160 bytes on and the mid classes
+ * are the same 4 steps per doubling (size_to_class inverts it above 1 KiB). */
+static uint32_t class_bytes(unsigned c) {
   if (c < 8) return 16 * (c + 1); /* 16 .. 128 */
-  unsigned bit = 7 + (c - 8) / 4;   /* 160 .. 1024, 4 per doubling */
+  unsigned bit = 7 + (c - 8) / 4;   /* 160 .. 128 KiB */
   return (1u << bit) + ((c - 8) % 4 + 1) * (1u << (bit - 2));
-}
-
-static uint32_t mid_size(unsigned k) {
-  unsigned bit = 10 + k / 4;
-  return (1u << bit) + (k % 4 + 1) * (1u << (bit - 2));
 }
 
 /* Slabs carve a page's worth of blocks at a time: carving writes a link into every
@@ -84,13 +81,13 @@ size_t slab_gap(size_t units, uint32_t size) {
 #define MID_SLAB_BLOCKS 4
 
 static unsigned slab_min_blocks(unsigned c) {
-  if (c < TINY_CLASSES) return tiny_size(c) > 512 ? 2 * TINY_SLAB_BLOCKS : TINY_SLAB_BLOCKS;
+  if (c < TINY_CLASSES) return class_bytes(c) > 512 ? 2 * TINY_SLAB_BLOCKS : TINY_SLAB_BLOCKS;
   return c < TINY_CLASSES + MID_DIRECT_CLASSES ? MID_DIRECT_SLAB_BLOCKS : MID_SLAB_BLOCKS;
 }
 
 void size_class_init(void) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
-    uint32_t size = c < TINY_CLASSES ? tiny_size(c) : mid_size(c - TINY_CLASSES);
+    uint32_t size = class_bytes(c);
     class_size[c] = size;
     unsigned units = 1;
     while ((units * UNIT_SIZE) / size < slab_min_blocks(c))
@@ -106,6 +103,7 @@ void size_class_init(void) {
     if (align > UNIT_SIZE) align = UNIT_SIZE; /* slabs start on a unit boundary */
     class_align[c] = align;
   }
+  HAK_ASSERT(class_size[TINY_CLASSES - 1] == TINY_MAX && class_size[NUM_CLASSES - 1] == MID_MAX);
   for (unsigned bits = 0; bits <= ALIGN_BITS_MAX; bits++) {
     uint32_t next = NUM_CLASSES;
     for (unsigned c = NUM_CLASSES; c-- > 0;) {
