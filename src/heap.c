@@ -197,6 +197,16 @@ static hak_heap_t *heap_park(hak_heap_t *h, uint64_t now) {
   return excess;
 }
 
+/* The main thread's heap is parked only if main calls pthread_exit: a new thread that
+ * starts by freeing one of its blocks (a worker freeing the argument main allocated
+ * for it, a common start) would wait the whole HINT_WAIT_NS for it, in vain. So it
+ * starts out as a heap waited for in vain (heap_park clears the mark). */
+void heap_mark_main(hak_heap_t *h) {
+  pthread_mutex_lock(&heaps_lock);
+  h->hint_wait_failed = true;
+  pthread_mutex_unlock(&heaps_lock);
+}
+
 /* The heap of the last block this thread freed before it had a heap of its own. */
 static __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
 
@@ -256,9 +266,10 @@ static hak_heap_t *parked_wait_for(hak_heap_t *want) {
  * finished exiting; taking the oldest then mixes the lanes' blocks across heaps, with
  * frees waiting in the parked ones (larson t=8: one take-over in three, and a peak RSS
  * of 29 MiB). So it waits a little for that heap to be parked (parked_wait_for). A heap
- * whose owner is not exiting (a main thread, a long-lived producer) would make every
- * such thread wait in vain, so a heap waited for in vain is not waited for again until
- * it has been parked; and when waits keep failing whatever the heap, few threads wait. */
+ * whose owner is not exiting (a long-lived producer) would make every such thread wait
+ * in vain, so a heap waited for in vain is not waited for again until it has been
+ * parked (the main thread's is marked so from the start: heap_mark_main); and when
+ * waits keep failing whatever the heap, few threads wait. */
 static hak_heap_t *heap_take_parked(void) {
   hak_heap_t *want = heap_hint, *h = NULL;
   heap_hint = NULL;
@@ -1050,6 +1061,7 @@ void heap_atfork_child(void) {
   hak_heap_t *mine = hak_tls_heap;
   heaps_all = mine != &hak_heap_empty ? mine : NULL;
   if (heaps_all) heaps_all->all_next = heaps_all->all_prev = NULL;
+  if (heaps_all) mine->hint_wait_failed = true; /* the child's main thread: heap_mark_main */
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
   heaps_parked_count = 0;
   /* Threads waiting for a heap to be parked are gone with the rest. */

@@ -239,6 +239,7 @@ void heap_remote_flush(hak_heap_t *h);   /* push the pending remote chain */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim this thread's heap */
 size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all);
 void heap_atfork_child(void);
+void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
 void *heap_alloc_class(hak_heap_t *h, uint32_t c);
 
 /* ---- span_cache.c: a heap's few free spans, reused without region_lock --------- */

@@ -239,8 +239,8 @@ typedef struct hak_heap {
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
   struct hak_heap *pool_next;           /* recycled heap structures; parked heaps */
   uint64_t parked_ms;                   /* when its thread exited and left it whole */
-  /* A new thread waited for it to be parked in vain (heap_take_parked); under
-   * heaps_lock, like the parked list. */
+  /* A new thread waited for it to be parked in vain (heap_take_parked), or it is the
+   * main thread's (heap_mark_main); under heaps_lock, like the parked list. */
   bool hint_wait_failed;
   /* Held by the owner on every slow path that changes its lists, and by another thread
    * taking an idle heap's freed slabs back (see heap_reclaim_idle). */

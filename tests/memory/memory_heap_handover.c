@@ -39,13 +39,21 @@
  *                                for its predecessor in vain: once waits keep failing,
  *                                only one new thread in 16 may wait. At most 20 waits in
  *                                vain (64, one per generation, when every thread waits).
- *   memory_heap_handover cancel  a new thread first frees a block of the main thread's,
- *                                whose heap is not exiting, so its first malloc waits
- *                                for that heap in vain; it is cancelled meanwhile. malloc
- *                                is not a cancellation point: it must return, the thread
- *                                be cancelled at its next one, and other threads still
- *                                start, allocate and trim (a lock left held would hang
- *                                them: the alarm ends the test).
+ *   memory_heap_handover cancel  a new thread first frees a block of a thread that
+ *                                stays alive, whose heap is not exiting, so its first
+ *                                malloc waits for that heap in vain; it is cancelled
+ *                                meanwhile. malloc is not a cancellation point: it must
+ *                                return, the thread be cancelled at its next one, and
+ *                                other threads still start, allocate and trim (a lock
+ *                                left held would hang them: the alarm ends the test).
+ *   memory_heap_handover main    a new thread first frees a block of the main thread's
+ *                                (a worker freeing the argument main allocated for it).
+ *                                The main thread's heap is parked only if main calls
+ *                                pthread_exit, so the worker's first malloc must not wait
+ *                                for it: the report must count no wait. Waiting, it
+ *                                would sleep a millisecond in vain. The same in a child
+ *                                forked by another thread, which is the child's main
+ *                                thread.
  *   memory_heap_handover trim    a thread allocates 32 MiB of small blocks, frees them
  *                                itself and exits, leaving its heap parked; the main
  *                                thread's malloc_trim(0) must return 1 and bring RSS
@@ -55,6 +63,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "memory_test.h"
@@ -124,6 +133,7 @@ static unsigned long long report_figure(const char *label) {
 #define TAKEN_OVER " taken over from exited threads"
 #define TAKEN_BY_FREE " by a thread that had freed their blocks"
 #define IN_VAIN " in vain"
+#define WAITS " waits for one to be parked"
 
 /* With HAKMEM_PURGE_DELAY_MS=0 exit gives everything back at once: no heap is parked. */
 static bool heaps_parked_at_exit(void) {
@@ -289,13 +299,23 @@ static void linger(void) {
 }
 
 /* cancel: the thread whose first malloc is cancelled while it waits. */
-static sem_t cancel_may_come;
+static sem_t cancel_may_come, keeper_gave, keeper_may_exit;
 static _Atomic bool cancelled_malloc_returned;
+static void *keeper_block;
+
+/* A thread that lives through the test: its heap is never parked meanwhile. */
+static void *keeper_thread(void *arg) {
+  (void)arg;
+  keeper_block = mt_malloc_touched(64);
+  sem_post(&keeper_gave);
+  sem_wait(&keeper_may_exit);
+  return NULL;
+}
 
 static void *cancelled_thread(void *arg) {
-  free(arg); /* a block of the main thread's heap */
+  free(arg); /* a block of the keeper's heap */
   sem_post(&cancel_may_come);
-  free(mt_malloc_touched(64)); /* waits for the main thread's heap, in vain */
+  free(mt_malloc_touched(64)); /* waits for the keeper's heap, in vain */
   atomic_store(&cancelled_malloc_returned, true);
   for (;;) pause(); /* a cancellation point */
   return NULL;
@@ -310,17 +330,60 @@ static void *allocate_a_little(void *arg) {
 static void cancel(void) {
   alarm(20);
   sem_init(&cancel_may_come, 0, 0);
-  pthread_t t = start_thread(cancelled_thread, mt_malloc_touched(64));
+  sem_init(&keeper_gave, 0, 0);
+  sem_init(&keeper_may_exit, 0, 0);
+  pthread_t keeper = start_thread(keeper_thread, NULL);
+  sem_wait(&keeper_gave);
+  unsigned long long waits_before = report_figure(WAITS);
+  pthread_t t = start_thread(cancelled_thread, keeper_block);
   sem_wait(&cancel_may_come);
   pthread_cancel(t);
   void *result = NULL;
   pthread_join(t, &result);
   if (result != PTHREAD_CANCELED) mt_fail("the thread was not cancelled");
   if (!atomic_load(&cancelled_malloc_returned)) mt_fail("the thread was cancelled inside malloc");
+  /* Otherwise the test would not have tested a cancel during the wait. */
+  if (heaps_parked_at_exit() && report_figure(WAITS) == waits_before)
+    mt_fail("the thread's first malloc did not wait for the keeper's heap");
   run_thread(allocate_a_little, NULL);
   malloc_trim(0);
+  sem_post(&keeper_may_exit);
+  pthread_join(keeper, NULL);
   alarm(0);
   printf("the cancelled thread's malloc returned; other threads allocate and trim\n");
+}
+
+/* main: a worker's first free is of the main thread's block. */
+static void *free_then_allocate(void *arg) {
+  free(arg);
+  free(mt_malloc_touched(64));
+  return NULL;
+}
+
+static void main_heap_not_waited_for(const char *whose) {
+  unsigned long long before = report_figure(WAITS);
+  run_thread(free_then_allocate, mt_malloc_touched(64));
+  unsigned long long waits = report_figure(WAITS) - before;
+  printf("a worker freed a block of %s first: %llu waits for its heap\n", whose, waits);
+  if (waits != 0) mt_fail("the worker waited for the heap of %s to be parked", whose);
+}
+
+/* Forks from a thread other than the main one; in the child, that thread is main. */
+static void *fork_and_check(void *arg) {
+  (void)arg;
+  free(mt_malloc_touched(64)); /* this thread's heap */
+  fflush(stdout);
+  pid_t child = fork();
+  if (child < 0) mt_fail("fork: %s", strerror(errno));
+  if (child == 0) {
+    main_heap_not_waited_for("the child's main thread (the parent's forking thread)");
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    mt_fail("the forked child failed");
+  return NULL;
 }
 
 static size_t trim_peak;
@@ -357,6 +420,9 @@ int main(int argc, char **argv) {
     linger();
   } else if (strcmp(mode, "cancel") == 0) {
     cancel();
+  } else if (strcmp(mode, "main") == 0) {
+    main_heap_not_waited_for("the main thread");
+    run_thread(fork_and_check, NULL);
   } else if (strcmp(mode, "trim") == 0) {
     run_thread(allocate_free_exit, NULL);
     mt_require_grew(baseline, trim_peak, TRIM_SET / 2);
@@ -364,7 +430,7 @@ int main(int argc, char **argv) {
     mt_trim_must_release();
     mt_require_at_most("RSS after malloc_trim", mt_rss("after malloc_trim"), baseline + 5 * MiB);
   } else {
-    mt_fail("unknown mode %s (lanes, successors, overlap, linger, cancel or trim)", mode);
+    mt_fail("unknown mode %s (lanes, successors, overlap, linger, cancel, main or trim)", mode);
   }
   mt_print_info("allocator:");
   printf("ok\n");
