@@ -1060,8 +1060,10 @@ static void heap_dissolve_parked(uint64_t now, bool all) {
 void heap_atfork_child(void) {
   hak_heap_t *mine = hak_tls_heap;
   heaps_all = mine != &hak_heap_empty ? mine : NULL;
-  if (heaps_all) heaps_all->all_next = heaps_all->all_prev = NULL;
-  if (heaps_all) mine->hint_wait_failed = true; /* the child's main thread: heap_mark_main */
+  if (heaps_all) {
+    heaps_all->all_next = heaps_all->all_prev = NULL;
+    heap_mark_main(mine); /* this thread is the child's main thread */
+  }
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
   heaps_parked_count = 0;
   /* Threads waiting for a heap to be parked are gone with the rest. */

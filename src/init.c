@@ -66,11 +66,10 @@ void hak_process_init(void) {
 
 __attribute__((constructor)) static void hak_constructor(void) {
   heap_get();
-  if (hak_key_ready && hak_tls_heap != &hak_heap_empty)
-    pthread_setspecific(hak_thread_key, hak_tls_heap);
+  if (hak_tls_heap == &hak_heap_empty) return;
+  if (hak_key_ready) pthread_setspecific(hak_thread_key, hak_tls_heap);
   /* Loaded by the main thread (preloaded, or linked): see heap_mark_main. */
-  if (hak_tls_heap != &hak_heap_empty && syscall(SYS_gettid) == syscall(SYS_getpid))
-    heap_mark_main(hak_tls_heap);
+  if (syscall(SYS_gettid) == syscall(SYS_getpid)) heap_mark_main(hak_tls_heap);
 }
 
 __attribute__((destructor)) static void hak_destructor(void) {
