@@ -11,47 +11,6 @@ hak_export void *hak_malloc(size_t n) { return fast_malloc(n); }
 
 hak_export void hak_free(void *p) { fast_free(p); }
 
-/* free() of a pointer outside every region: NULL, a huge block, libc's, or garbage. */
-void free_outside_regions(void *p, const char *fn) {
-  uintptr_t a = (uintptr_t)p;
-  switch (region_map_kind(a)) {
-  case MAP_HUGE:
-    huge_free(p, fn);
-    return;
-  case MAP_HUGE_TAIL:
-    hak_fatal_pointer("invalid pointer", fn, p);
-  case MAP_ZERO:
-    return;
-  default:
-    if (p != NULL) foreign_free(p, fn);
-  }
-}
-
-/* free() of a pointer the slab map has no slab for: one in no region (the zero
- * descriptor, or past the map's end), in a region unit that no slab covers, or any
- * pointer where the map could not be reserved. The region header answers. */
-void free_unmapped(void *p) {
-  uintptr_t a = (uintptr_t)p;
-  if (p == NULL) return;
-  if (region_map_kind(a) == MAP_REGION) heap_free_other(p, region_slab_of(a), hak_tls_heap);
-  else free_outside_regions(p, "free");
-}
-
-/* The block p points at inside a region; aborts with fn's name if p is not one. */
-static hak_slab_t *region_block_checked(void *p, const char *fn) {
-  uintptr_t a = (uintptr_t)p;
-  hak_slab_t *s = region_slab_of(a);
-  uintptr_t owner = slab_owner(s);
-  if (owner == OWNER_LARGE) {
-    if (a != s->start) hak_fatal_pointer("invalid pointer", fn, p);
-  } else if (owner == OWNER_NONE || owner == OWNER_CACHED) {
-    report_not_live(p, fn);
-  } else if (!slab_is_block_start(s, a)) {
-    hak_fatal_pointer("invalid pointer", fn, p);
-  }
-  return s;
-}
-
 size_t block_usable_size(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   switch (region_map_kind(a)) {
@@ -144,7 +103,7 @@ hak_export void *hak_realloc(void *p, size_t n) {
     }
     /* A block that grows moves to one at least twice its size: a growing buffer then
      * passes one class per doubling instead of four, and so leaves blocks carved for it
-     * in a quarter of the classes (realloc_growth: peak RSS -8%). */
+     * in a quarter of the classes. */
     if (n > usable && n < 2 * usable && 2 * usable <= REALLOC_SPAN_MIN) n = 2 * usable;
     return realloc_move(p, usable, n);
   }

@@ -4,9 +4,8 @@
  * instructions with one branch on the size, one on the free list and one on the malloc
  * count (see hak_slab_t.used_ticks); free is 24 with five rarely-taken branches
  * (beyond the slab map, not the owner, not a block start, already free, the slab
- * emptied); the double-free comparison costs 1.9 instructions per malloc+free pair and
- * the block-start check 5.0 (callgrind, against builds without them). Check any change with
- * `make perfcheck` (callgrind) and the disassembly. */
+ * emptied). Check any change with `make perfcheck` (callgrind, against
+ * bench/perf_baseline.json) and the disassembly. */
 #ifndef HAKMEM_ALLOC_FAST_H
 #define HAKMEM_ALLOC_FAST_H
 
@@ -30,8 +29,6 @@ hak_inline void *fast_malloc(size_t n) {
   return fast_malloc_raw(n);
 }
 
-void free_outside_regions(void *p, const char *fn);
-
 hak_inline void fast_free(void *p) {
   if (HAKMEM_SECURE) {
     secure_free(p);
@@ -52,15 +49,8 @@ hak_inline void fast_free(void *p) {
     if (hak_likely(hak_tso_load(&s->owner) == (uintptr_t)h && slab_is_block_start_owned(s, a) &&
                    b->free_tag != block_free_tag(s))) {
       /* Straight back on the list malloc pops: the next malloc of the class gets the
-       * block just freed, still in cache (random_mixed: 11% fewer D1 misses in
-       * cachegrind, +5% throughput; larson at 2 threads +6%). */
-      block_set_next(b, s->free);
-      b->free_tag = block_free_tag(s);
-      s->free = b;
-      hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
-      uint16_t left = (uint16_t)(s->used - 1);
-      hak_tso_store(&s->used, left);
-      if (hak_likely(left != 0)) return;
+       * block just freed, still in cache. */
+      if (hak_likely(slab_owner_push(s, &s->free, b) != 0)) return;
       heap_slab_emptied(h, s);
       return;
     }

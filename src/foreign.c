@@ -10,55 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static size_t append(char *buf, size_t at, const char *s) {
-  while (*s && at < 250) buf[at++] = *s++;
-  return at;
-}
-
-static size_t append_hex(char *buf, size_t at, uintptr_t v) {
-  char tmp[17];
-  int n = 0;
-  do {
-    tmp[n++] = "0123456789abcdef"[v & 15];
-    v >>= 4;
-  } while (v);
-  at = append(buf, at, "0x");
-  while (n > 0 && at < 250) buf[at++] = tmp[--n];
-  return at;
-}
-
-_Noreturn void hak_fatal(const char *msg) {
-  char buf[256];
-  size_t at = append(buf, 0, "hakmem: ");
-  at = append(buf, at, msg);
-  buf[at++] = '\n';
-  os_write_stderr(buf, at);
-  abort();
-}
-
-/* "hakmem: fn(): what 0x..." for a bad argument, "hakmem: what 0x..." (fn NULL) for
- * damage found in the heap; then abort. Formatted by hand: no stdio, no allocation. */
-static _Noreturn void fatal_line(const char *fn, const char *what, const void *p) {
-  char buf[256];
-  size_t at = append(buf, 0, "hakmem: ");
-  if (fn != NULL) {
-    at = append(buf, at, fn);
-    at = append(buf, at, "(): ");
-  }
-  at = append(buf, at, what);
-  at = append(buf, at, " ");
-  at = append_hex(buf, at, (uintptr_t)p);
-  buf[at++] = '\n';
-  os_write_stderr(buf, at);
-  abort();
-}
-
-_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p) {
-  fatal_line(fn, what, p);
-}
-
-_Noreturn void hak_fatal_at(const char *what, const void *p) { fatal_line(NULL, what, p); }
-
 /* ---- recognising a C library heap chunk ----------------------------------------- */
 /* The mapping containing a, from /proc/self/maps, read without allocating. */
 typedef struct mapping {

@@ -9,12 +9,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-_Atomic int hak_init_state; /* 0 not started, 1 running, 2 done */
 static _Atomic long init_thread;
 pthread_key_t hak_thread_key;
 bool hak_key_ready;
 
-static void thread_exit(void *arg) { heap_abandon((hak_heap_t *)arg); }
+static void thread_exit(void *arg) {
+  hak_heap_t *h = arg;
+  if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
+  heap_abandon(h);
+}
 
 static void fork_prepare(void) {
   pthread_mutex_lock(&heaps_lock);

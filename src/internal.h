@@ -1,4 +1,6 @@
-/* Cross-file internal interface. Every name here is hidden from the library's users. */
+/* Cross-file internal interface, in the order of the layers (docs/design.md): each
+ * section's file calls only the sections above it, with the exceptions named there.
+ * Every name here is hidden from the library's users. */
 #ifndef HAKMEM_INTERNAL_H
 #define HAKMEM_INTERNAL_H
 
@@ -8,6 +10,12 @@
 #include <stdio.h>
 
 #pragma GCC visibility push(hidden)
+
+/* ---- error.c: one-line reports, then abort; calls nothing of hakmem's ------------ */
+void hak_write_stderr(const char *msg, size_t len); /* write(2) all of it, no allocation */
+_Noreturn void hak_fatal(const char *msg);
+_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
+_Noreturn void hak_fatal_at(const char *what, const void *p);
 
 /* ---- os.c: the only file that talks to the kernel about memory ------------------ */
 void *os_map(size_t size);                       /* NULL on failure */
@@ -26,7 +34,6 @@ bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or rea
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
-void os_write_stderr(const char *msg, size_t len);
 
 /* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
 typedef struct hak_options {
@@ -55,6 +62,7 @@ extern uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
 #define ALIGNED_DIRECT_BITS_MAX 12
 extern uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 16];
 void size_class_init(void);
+size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 of a slab */
 
 hak_inline uint32_t size_to_class(size_t n) {
   if (n <= TINY_MAX) return class_of_direct[(n + 15) >> 4];
@@ -69,6 +77,69 @@ hak_inline uint32_t size_to_class(size_t n) {
 hak_inline size_t class_direct_slot(uint32_t c) {
   return c < TINY_CLASSES ? class_size[c] / 16 : DIRECT_SLOTS + (c - TINY_CLASSES);
 }
+
+/* ---- counters.c: process-wide counters every layer bumps off the fast paths ------ */
+typedef struct hak_global_stats {
+  _Atomic size_t region_bytes;   /* mapped in regions */
+  _Atomic size_t purged_bytes;   /* cumulative, given back */
+  _Atomic size_t released_bytes; /* cumulative, regions and huge unmapped */
+  _Atomic size_t committed_est;  /* region bytes that may be resident */
+  _Atomic size_t peak_in_use;
+  _Atomic size_t large_in_use;
+  _Atomic size_t huge_mapped;    /* bytes of live huge mappings */
+  _Atomic uint64_t large_allocs, huge_allocs;
+  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
+      slabs_adopted, slabs_reclaimed_idle;
+  _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
+} hak_global_stats_t;
+extern hak_global_stats_t hak_gstats;
+extern uintptr_t hak_cookie;   /* random per process (init.c) */
+extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
+extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
+void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
+
+/* ---- foreign.c: pointers that are not ours ------------------------------------ */
+/* A pointer not in any region: NULL, a libc block, or garbage. */
+void foreign_free(void *p, const char *fn);
+size_t foreign_usable(const void *p, const char *fn);
+
+/* ---- slab_map.c: unit -> slab descriptor, flat over the address space ----------- */
+extern uintptr_t *slab_map;    /* entry: descriptor address - map address; 0: none */
+extern size_t slab_map_units;  /* 0 until reserved (or if it could not be) */
+void slab_map_init(void);      /* tries once; caller holds region_lock */
+bool slab_map_add_region(const hak_region_t *r);
+void slab_map_remove_region(const hak_region_t *r);
+void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live);
+/* The slab of a region pointer, or the zero descriptor at the map's start (owner word
+ * OWNER_NONE) for any other pointer below the map's end. The caller has checked
+ * a >> UNIT_SHIFT < slab_map_units. */
+hak_inline hak_slab_t *slab_map_lookup(uintptr_t a) {
+  return (hak_slab_t *)((uintptr_t)slab_map + hak_tso_load(&slab_map[a >> UNIT_SHIFT]));
+}
+hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab_t *)slab_map; }
+hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
+  return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
+}
+hak_inline uintptr_t slab_base(const hak_slab_t *s) {
+  return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
+}
+
+/* ---- secure_hooks.c: the hardened build's hooks into the lower layers ----------- */
+/* A hardened small block's size word: its last 8 bytes, n ^ key ^ its address. Relaxed
+ * atomics (plain moves on x86): a free checks the size word of the block below its
+ * own, which a thread without a heap may be rewriting as it frees that block; either
+ * value passes the check. */
+hak_inline uintptr_t *secure_size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
+hak_inline size_t secure_size_decode(const uintptr_t *w) {
+  return __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+}
+hak_inline void secure_size_encode(uintptr_t *w, size_t n) {
+  __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
+}
+void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
+void secure_guard_large(hak_slab_t *s, bool on);
+void secure_guard_region(void *region);
+void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
 /* ---- region.c ------------------------------------------------------------------ */
 extern uint8_t region_map[REGION_MAP_ENTRIES];
@@ -100,42 +171,46 @@ hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
 _Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= ((uint64_t)1 << 40),
                "slab_is_block_start_owned: block starts below 2^40, other offsets above");
 
-/* ---- slab_map.c: unit -> slab descriptor, flat over the address space ----------- */
-extern uintptr_t *slab_map;    /* entry: descriptor address - map address; 0: none */
-extern size_t slab_map_units;  /* 0 until reserved (or if it could not be) */
-void slab_map_init(void);      /* tries once; caller holds region_lock */
-bool slab_map_add_region(const hak_region_t *r);
-void slab_map_remove_region(const hak_region_t *r);
-void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live);
-/* The slab of a region pointer, or the zero descriptor at the map's start (owner word
- * OWNER_NONE) for any other pointer below the map's end. The caller has checked
- * a >> UNIT_SHIFT < slab_map_units. */
-hak_inline hak_slab_t *slab_map_lookup(uintptr_t a) {
-  return (hak_slab_t *)((uintptr_t)slab_map + hak_tso_load(&slab_map[a >> UNIT_SHIFT]));
-}
-hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab_t *)slab_map; }
-hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
-  return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
-}
-hak_inline uintptr_t slab_base(const hak_slab_t *s) {
-  return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
-}
-
-/* Span allocation; the caller holds region_lock. Returns the span's descriptor with
- * units/unit_idx set and the unit map pointing at it, or NULL when out of memory. */
-hak_slab_t *region_alloc_span(size_t units); /* its `touched` says what is not zero */
+/* Spans, for purge.c only (everything else goes through span_alloc and friends); the
+ * caller holds region_lock. region_alloc_span returns the span's descriptor with
+ * units/unit_idx set and the unit map pointing at it (its `touched` says what is not
+ * zero), or NULL when out of memory; *fresh: it took pages that were not resident. */
+extern size_t region_used_units;  /* units in spans */
+extern size_t region_dirty_units; /* free units that may be resident */
+hak_slab_t *region_alloc_span(size_t units, bool *fresh);
 void region_free_span(hak_slab_t *s, uint64_t now_ms);
-/* Purge free spans freed before now - delay (delay 0: all). Caller holds region_lock.
- * Returns the bytes given back. */
-size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions);
 size_t region_grow_span(hak_slab_t *s, size_t new_units); /* in place, or 0 */
-/* The purge budget also covers huge blocks (caller holds region_lock): their bytes in
- * use and the freed ones kept; whether `bytes` more free memory may stay resident; and
- * a time by which the purge pass must run. */
-void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept);
-bool purge_budget_allows(size_t bytes);
-void purge_schedule(uint64_t due_ms);
-void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms);
+hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units); /* the tail, to free */
+/* Purges free units freed delay_ms ago or more (and unmaps empty regions beyond the
+ * cache, or all with release_regions); later ones lower *next_due. Returns the bytes. */
+size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due);
+bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age);
+void region_purge_around(hak_region_t *r, size_t at, size_t need);
+void region_map_unmap(uintptr_t base, size_t map_size); /* a huge mapping goes */
+
+/* ---- purge.c: what free memory stays resident, and when it goes back ------------- */
+/* Freed huge mappings of up to HUGE_KEEP_MAX are kept for reuse in HUGE_KEEP_SLOTS. */
+#define HUGE_KEEP_SLOTS 4
+#define HUGE_KEEP_MAX ((size_t)64 << 20)
+/* The only way spans are taken and given back above region.c (caller holds
+ * region_lock), so the budget sees every change. */
+hak_slab_t *span_alloc(size_t units);
+void span_free(hak_slab_t *s, uint64_t now_ms);
+bool span_grow(hak_slab_t *s, size_t new_units); /* in place, or false */
+void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
+/* Purge what was freed delay_ms ago or more (delay 0: all; < 0: nothing); caller holds
+ * region_lock. Returns the bytes given back. */
+size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions);
+void purge_to_budget(void);
+bool purge_budget_allows(size_t bytes); /* may `bytes` more free memory stay resident? */
+void purge_schedule(uint64_t due_ms);   /* a time by which the purge pass must run */
+void purge_note_huge(ptrdiff_t in_use); /* a huge block's bytes in use changed by this */
+/* Keeps a freed huge mapping if the delay and budget allow (false: unmap it); a kept one
+ * it had to drop comes back in *evicted_*, for the caller to unmap. */
+bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t now,
+                     uintptr_t *evicted_base, size_t *evicted_size);
+/* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
+uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
 
 /* ---- slab.c -------------------------------------------------------------------- */
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
@@ -155,8 +230,6 @@ hak_inline uint32_t slab_collect(hak_slab_t *s) {
   return slab_collect_slow(s);
 }
 void slab_check(const hak_slab_t *s); /* debug level 2 */
-extern uintptr_t hak_cookie;
-extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
 _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link);
 
 /* Free-list links. The hardened build stores next ^ key ^ own address, and checks that
@@ -216,103 +289,159 @@ hak_inline bool block_purged(uintptr_t a) {
 }
 hak_inline void block_mark_purged(uintptr_t a) { ((uintptr_t *)a)[2] = a ^ hak_cookie ^ PURGED_MARK; }
 
-/* ---- heap.c -------------------------------------------------------------------- */
-extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
-extern hak_heap_t hak_heap_empty;
-extern hak_slab_t hak_slab_empty;
-extern pthread_mutex_t heaps_lock;
-extern hak_heap_t *heaps_all;
-
-hak_heap_t *heap_get(void);              /* this thread's heap, created on first use */
-void *heap_malloc_slow(size_t n);        /* everything the fast path does not finish */
-/* Class c's queue head ran dry (aligned and mid sizes): the owner's own frees, or a
- * refill on the slow path, which also runs deferred work when it is due. */
-void *heap_alloc_class_refill(uint32_t c);
-void heap_free_slow(void *p, hak_slab_t *s);
-void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
-void free_unmapped(void *p); /* alloc.c: free of a pointer the slab map has no slab for */
-uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
-_Noreturn void report_not_live(void *p, const char *fn);
-void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s);
-void heap_abandon(hak_heap_t *h);        /* thread exit */
-void heap_remote_flush(hak_heap_t *h);   /* push the pending remote chain */
-size_t heap_collect(hak_heap_t *h, bool release_all); /* trim this thread's heap */
-size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all);
-void heap_atfork_child(void);
-void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
-void *heap_alloc_class(hak_heap_t *h, uint32_t c);
+/* The owner's free of b into s: b goes on *list (s->free; the hardened build's
+ * local_free), tagged free, and only then the count drops, so that a count seen by
+ * another thread means the free is done (see heap_reclaim_idle). Returns the count left,
+ * read once: a second read could see a count heap_reclaim_idle has since zeroed. */
+hak_inline uint32_t slab_owner_push(hak_slab_t *s, hak_block_t **list, hak_block_t *b) {
+  block_set_next(b, *list);
+  b->free_tag = block_free_tag(s);
+  *list = b;
+  hak_compiler_barrier();
+  uint16_t left = (uint16_t)(s->used - 1);
+  hak_tso_store(&s->used, left);
+  return left;
+}
 
 /* ---- span_cache.c: a heap's few free spans, reused without region_lock --------- */
 hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units);
 void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now); /* s: owner already dropped */
 size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms); /* -1: all */
 
-/* ---- large.c: large spans and huge mappings --------------------------------------- */
+/* ---- huge.c: blocks in mappings of their own ----------------------------------- */
+void *huge_alloc(size_t n, size_t align, bool zero);
+void huge_free(void *p, const char *who);
+size_t huge_usable(const void *p, const char *who);
+void *huge_realloc(void *p, size_t n);
+
+/* ---- large.c: a span holding one block ------------------------------------------ */
 /* A block that realloc grows past this moves to a span of its own (a large block),
  * where further growth and shrinking happen in place and only the pages written
  * become resident. Through the mid classes instead, a growing buffer would leave a
  * block behind in each class it passes, and each class would keep its own. So a large
- * block's usable size can exceed its size by up to a unit from this size on. 8 KiB
- * rather than 16: realloc_growth (3000 rounds to 64 KiB, 8 buffers) peaks at 2.33
- * instead of 2.52 MiB, and a buffer that stops at 8-16 KiB holds whole pages of its
- * own (under 4 KiB past its size) and a unit of address space. */
+ * block's usable size can exceed its size by up to a unit from this size on. */
 #define REALLOC_SPAN_MIN ((size_t)8 * 1024)
 void *large_alloc(size_t n, size_t align, bool zero);
 void large_free(hak_slab_t *s, void *p);
 size_t large_usable(const hak_slab_t *s, const void *p);
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */
-void *huge_alloc(size_t n, size_t align, bool zero);
-void huge_free(void *p, const char *who);
-size_t huge_usable(const void *p, const char *who);
-void *huge_realloc(void *p, size_t n);
-/* Unmaps kept huge blocks freed delay_ms ago or more; earlier ones lower *next_due. */
-size_t huge_purge(uint64_t now_ms, long delay_ms, uint64_t *next_due);
-bool huge_oldest(uint32_t *freed_ms); /* is a huge block kept? when the oldest was freed */
-void huge_purge_oldest(size_t bytes); /* at least `bytes` of the oldest, or all of it */
-extern _Atomic size_t huge_mapped_bytes;
 
-/* ---- secure.c: the hardened build's checks ------------------------------------- */
-void *secure_arm(void *p, size_t n);  /* writes canary and size word; returns p */
-void secure_free(void *p);
+/* ---- heap_queue.c: a heap's class queues and their pinned heads ------------------ */
+extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+extern hak_heap_t hak_heap_empty; /* every thread's heap until it has one */
+extern hak_slab_t hak_slab_empty;
+
+hak_inline void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
+  s->prev = NULL;
+  s->next = q->head;
+  if (q->head) q->head->prev = s;
+  else q->tail = s;
+  q->head = s;
+  q->count++;
+}
+hak_inline void queue_push_back(hak_slab_queue_t *q, hak_slab_t *s) {
+  s->next = NULL;
+  s->prev = q->tail;
+  if (q->tail) q->tail->next = s;
+  else q->head = s;
+  q->tail = s;
+  q->count++;
+}
+hak_inline void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
+  if (s->prev) s->prev->next = s->next;
+  else q->head = s->next;
+  if (s->next) s->next->prev = s->prev;
+  else q->tail = s->prev;
+  s->next = s->prev = NULL;
+  q->count--;
+}
+/* Drops the pin of class c (before the heap gives its slabs away). */
+hak_inline void heap_unpin(hak_heap_t *h, uint32_t c) {
+  if (h->pinned[c]) h->pinned[c]->used--;
+  h->pinned[c] = NULL;
+}
+void heap_head_changed(hak_heap_t *h, uint32_t c); /* after anything that may move a head */
+void heap_release_slab(hak_heap_t *h, hak_slab_t *s); /* an empty slab leaves the heap */
+void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back */
+
+/* ---- remote.c: frees into other threads' slabs, batched ------------------------ */
+void remote_chain_flush(struct hak_remote_chain *rc);
+void remote_chain_start(struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
+void heap_remote_flush(hak_heap_t *h); /* push every pending chain */
+hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
+  struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
+  if (hak_unlikely(rc->slab != s)) {
+    remote_chain_start(rc, s, b);
+    return;
+  }
+  block_set_next(b, rc->head);
+  rc->head = b;
+  if (++rc->count >= rc->limit) remote_chain_flush(rc);
+}
+
+/* ---- heap_handover.c: heaps as objects, thread exit, abandoned slabs ------------- */
+extern pthread_mutex_t heaps_lock;
+extern hak_heap_t *heaps_all;
+extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
+/* The heap of the last block this thread freed before it had a heap of its own. */
+extern __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
+hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
+void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
+hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
+void heap_sweep_abandoned_locked(uint64_t now, bool all);
+size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all);
+void heap_dissolve_parked(uint64_t now, bool all);
+void heap_abandon(hak_heap_t *h); /* thread exit */
+void heap_atfork_child(void);
+
+/* ---- deferred.c: a heap's periodic work, and trimming --------------------------- */
+/* How often a heap looks at its full slabs and the purge clock, at most. */
+#define DEFERRED_PERIOD_MS 10
+/* The purge delay, but no shorter than a deferred period: how often the per-delay work
+ * (purging inside free blocks, the idle-heap scan) runs, and how long a heap must go
+ * without deferred work to count as idle. Purging off (< 0) is for callers to check. */
+hak_inline uint64_t purge_period_ms(void) {
+  return (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS ? hak_opt.purge_delay_ms
+                                                                 : DEFERRED_PERIOD_MS);
+}
+void heap_deferred_if_due(hak_heap_t *h); /* on a path slow enough to read the clock */
+size_t heap_collect(hak_heap_t *h, bool release_all); /* trim: returns bytes given back */
+
+/* ---- heap.c: the malloc slow path ------------------------------------------------ */
+void *heap_malloc_slow(size_t n); /* everything the fast path does not finish */
+/* Class c's queue head ran dry (aligned and mid sizes): the owner's own frees, or a
+ * refill on the slow path, which also runs deferred work when it is due. */
+void *heap_alloc_class_refill(uint32_t c);
+void *heap_alloc_class(hak_heap_t *h, uint32_t c);
+
+/* ---- free.c: free() past the fast path, and every bad-pointer report ------------- */
+void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
+void heap_free_slow(void *p, hak_slab_t *s);
+void free_unmapped(void *p); /* a pointer the slab map has no slab for */
+void free_outside_regions(void *p, const char *fn);
+uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
+hak_slab_t *region_block_checked(void *p, const char *fn); /* aborts if not a live block */
+_Noreturn void report_not_live(void *p, const char *fn);
+
+/* ---- secure.c: the hardened build's malloc and free ----------------------------- */
 void secure_init(void); /* after hak_list_key is set */
+void *secure_arm(void *p, size_t n); /* writes canary and size word; returns p */
+void secure_free(void *p);
 size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
 void *secure_malloc_zero(void);
 void *secure_malloc(size_t n);
 void *secure_calloc(size_t n); /* n <= MID_MAX */
-size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 */
 void secure_quarantine_flush(hak_heap_t *h, bool check);
-void secure_guard_large(hak_slab_t *s, bool on);
-void secure_guard_region(void *region);
-void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
 
-/* ---- foreign.c: pointers that are not ours ------------------------------------ */
-_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
-_Noreturn void hak_fatal(const char *msg);
-_Noreturn void hak_fatal_at(const char *what, const void *p);
-/* A pointer not in any region: NULL, a libc block, or garbage. */
-void foreign_free(void *p, const char *fn);
-size_t foreign_usable(const void *p, const char *fn);
+/* ---- alloc.c -------------------------------------------------------------------- */
+size_t block_usable_size(void *p, const char *fn);
 
-/* ---- stats.c -------------------------------------------------------------------- */
-typedef struct hak_global_stats {
-  _Atomic size_t region_bytes;   /* mapped in regions */
-  _Atomic size_t purged_bytes;   /* cumulative, given back */
-  _Atomic size_t released_bytes; /* cumulative, regions and huge unmapped */
-  _Atomic size_t committed_est;  /* region bytes that may be resident */
-  _Atomic size_t peak_in_use;
-  _Atomic size_t large_in_use;
-  _Atomic uint64_t large_allocs, huge_allocs;
-  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
-      slabs_adopted, slabs_reclaimed_idle;
-  _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
-} hak_global_stats_t;
-extern hak_global_stats_t hak_gstats;
-void stats_note_in_use(void); /* recompute peak on slow paths */
+/* ---- stats.c: the report, read on demand ------------------------------------------ */
 void stats_print(FILE *out);
+struct mallinfo2 hak_mallinfo2(void);
 
 /* ---- init.c ---------------------------------------------------------------------- */
 void hak_process_init(void);
-extern _Atomic int hak_init_state;
 extern pthread_key_t hak_thread_key;
 extern bool hak_key_ready;
 

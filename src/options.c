@@ -17,7 +17,7 @@ hak_options_t hak_opt = {
 };
 
 /* Warnings are written with write(2): this runs inside the allocator's own start-up. */
-static void put_stderr(const char *text) { os_write_stderr(text, strlen(text)); }
+static void put_stderr(const char *text) { hak_write_stderr(text, strlen(text)); }
 
 /* A value we cannot use is reported, not silently dropped: a typo such as
  * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect. */
@@ -78,7 +78,7 @@ static void warn_unknown_names(void) {
     size_t len = strcspn(*e, "=");
     if (known_option(*e, len)) continue;
     put_stderr("hakmem: ignoring unknown option ");
-    os_write_stderr(*e, len);
+    hak_write_stderr(*e, len);
     put_stderr(" (known:");
     for (size_t i = 0; i < OPTION_COUNT; i++) {
       put_stderr(" ");

@@ -132,15 +132,3 @@ struct timespec os_monotonic_after(long ns) {
   t.tv_nsec %= 1000000000L;
   return t;
 }
-
-void os_write_stderr(const char *msg, size_t len) {
-  while (len > 0) {
-    ssize_t w = write(2, msg, len);
-    if (w <= 0) {
-      if (w < 0 && errno == EINTR) continue;
-      return;
-    }
-    msg += w;
-    len -= (size_t)w;
-  }
-}

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <malloc.h>
 
-struct mallinfo2 hak_mallinfo2(void);
 
 #define EXPORT hak_export
 

@@ -6,17 +6,15 @@
 
 #include <errno.h>
 
-size_t block_usable_size(void *p, const char *fn);
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 /* The common case, inlined into each entry point: the chosen class's head slab has a
  * free block. Up to 4 KiB the direct table already points at every class's head (at an
  * empty slab before the heap exists), so this is malloc's fast path plus one table
- * load; larger sizes look up the class and its queue head (for 2 and 4 KiB, over a
- * fifth of bench_aligned's requests, that took 14 more instructions). No errno, no
- * call, no saved register: 35 instructions with the return for posix_memalign, 32 for
- * aligned_alloc, against 70 when everything went through one function. NULL: take the
+ * load; larger sizes look up the class and its queue head. No errno, no call, no saved
+ * register (budget: 35 instructions with the return for posix_memalign, 32 for
+ * aligned_alloc). NULL: take the
  * slow path (a refill, a large block, the hardened build). *wrapped: the caller passes
  * the block to heap_malloc_tick — posix_memalign after storing it, so that `out` need
  * not live in a saved register (3 instructions a call) for a call made once in 256. */

@@ -1,7 +1,9 @@
 /* Regions: 64 MiB aligned mappings cut into 64 KiB units, the header's unit map that
  * takes any address in the region to its slab descriptor in one load (the slow paths';
- * free's fast path reads the same from slab_map.c), and purging of free units.
- * Everything here runs under region_lock except the lookups in internal.h. */
+ * free's fast path reads the same from slab_map.c), and the region map of what each
+ * region-sized chunk of the address space is. Mechanism only: which free units to
+ * purge, and when, is purge.c's to decide. Everything here runs under region_lock
+ * except the lookups in internal.h. */
 
 #include "internal.h"
 
@@ -15,7 +17,7 @@ _Static_assert(sizeof(hak_slab_t) == 128, "slab descriptor layout changed");
 _Static_assert(UNIT_SIZE / 16 + 1 < UINT16_MAX, "a slab's `used` (and its pin) must fit 16 bits");
 _Static_assert(offsetof(hak_slab_t, free) == 64, "the owner's free lists must not share the line other threads read");
 
-/* One byte per possible region in the address space: 4 MiB of zero-filled .bss whose
+/* One byte per possible region in the address space: 2 MiB of zero-filled .bss whose
  * pages only become resident where regions exist. A pointer's region kind is one load. */
 uint8_t region_map[REGION_MAP_ENTRIES];
 
@@ -24,68 +26,10 @@ uint8_t region_map[REGION_MAP_ENTRIES];
 hak_slab_t region_free_unit_slab = {.owner = OWNER_NONE, .div_magic = 0};
 
 pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
-static hak_region_t *regions;  /* all regions, newest first */
-static size_t empty_regions;   /* regions with every unit free */
-static uint64_t next_purge_ms; /* earliest time a purge pass can find work */
-static size_t dirty_units;     /* free units of all regions that may be resident */
-static size_t used_units;      /* units in spans */
-static size_t huge_used;       /* bytes of live huge mappings (large.c) */
-static size_t huge_kept;       /* bytes of freed huge blocks kept resident (large.c) */
-
-/* The highest use, and the biggest block (span or huge block) allocated, in the
- * current and in the previous window of PEAK_WINDOW_MS. */
-#define PEAK_WINDOW_MS 1000
-static size_t peak_now, peak_before;
-static size_t biggest_now, biggest_before;
-static uint64_t peak_window_ms;
-
-static size_t in_use_bytes(void) { return used_units * UNIT_SIZE + huge_used; }
-
-static void note_peak(size_t block_bytes) {
-  size_t used = in_use_bytes();
-  if (used > peak_now) peak_now = used;
-  if (block_bytes > biggest_now) biggest_now = block_bytes;
-}
-
-static void peak_window_tick(uint64_t now_ms) {
-  if (now_ms - peak_window_ms < PEAK_WINDOW_MS) return;
-  peak_before = peak_now;
-  peak_now = in_use_bytes();
-  biggest_before = biggest_now;
-  biggest_now = 0;
-  peak_window_ms = now_ms;
-}
-
-/* Free memory kept resident for reuse (until the purge delay) is bounded so that the
- * footprint, in use plus kept, stays under the recent peak of use: memory freed below
- * the peak is kept, because the peak is likely to come back. Besides, an eighth of the
- * memory in use may always be kept, and 8 MiB or the biggest recent block, whichever
- * is more: freed blocks leave holes that the next blocks seldom fill exactly, and a
- * program that churns blocks of tens of MiB without that slack purges memory it faults
- * in again at once (large: 1.8x the page faults of never purging). Beyond that a freed
- * span is purged at once instead of after the delay. */
-static size_t dirty_budget(void) {
-  size_t used = in_use_bytes(), peak = peak_now > peak_before ? peak_now : peak_before;
-  size_t biggest = biggest_now > biggest_before ? biggest_now : biggest_before;
-  size_t slack = biggest > ((size_t)8 << 20) ? biggest : (size_t)8 << 20;
-  return (peak > used ? peak - used : 0) + slack + used / 8;
-}
-
-static bool over_dirty_budget(void) { return dirty_units * UNIT_SIZE + huge_kept > dirty_budget(); }
-
-static uint32_t clock_ms; /* the latest time seen, for the age of free units */
-static void purge_to_budget(void);
-
-bool purge_budget_allows(size_t bytes) {
-  return dirty_units * UNIT_SIZE + huge_kept + bytes <= dirty_budget();
-}
-
-void purge_note_huge(ptrdiff_t in_use, ptrdiff_t kept) {
-  huge_used += (size_t)in_use;
-  huge_kept += (size_t)kept;
-  note_peak(in_use > 0 ? (size_t)in_use : 0);
-  if (in_use > 0 && hak_opt.purge_delay_ms > 0) purge_to_budget();
-}
+static hak_region_t *regions; /* all regions, newest first */
+static size_t empty_regions;  /* regions with every unit free */
+size_t region_dirty_units;    /* free units of all regions that may be resident */
+size_t region_used_units;     /* units in spans */
 
 static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
 
@@ -214,7 +158,7 @@ static void region_destroy(hak_region_t *r) {
   else regions = r->next;
   if (r->next) r->next->prev = r->prev;
   empty_regions--;
-  dirty_units -= r->dirty_free_units;
+  region_dirty_units -= r->dirty_free_units;
   size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
   slab_map_remove_region(r);
@@ -239,60 +183,12 @@ static void purge_units(hak_region_t *r, size_t from, size_t n) {
   bits_set_range(r->dirty_bits, from, n, false);
   memset(&r->touched_pages[from], 0, n);
   r->dirty_free_units -= (uint32_t)n;
-  dirty_units -= n;
+  region_dirty_units -= n;
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
 }
 
-/* Over the budget, the free memory freed longest ago goes first: each step purges what
- * is still too much from the oldest resident free unit and its resident free
- * neighbours, or from the oldest kept huge block. It goes a sixteenth below the budget,
- * so that the next frees need no scan. */
-static void purge_to_budget(void) {
-  if (!over_dirty_budget()) return;
-  size_t budget = dirty_budget(), target = budget - budget / 16;
-  while (dirty_units * UNIT_SIZE + huge_kept > target) {
-    size_t excess = dirty_units * UNIT_SIZE + huge_kept - target;
-    hak_region_t *oldest = NULL;
-    size_t at = 0;
-    uint32_t age = 0;
-    for (hak_region_t *r = regions; r != NULL; r = r->next) {
-      if (r->dirty_free_units == 0) continue;
-      for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
-        for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
-          size_t u = w * 64 + (size_t)__builtin_ctzll(m);
-          uint32_t a = clock_ms - r->freed_ms[u];
-          if (oldest == NULL || a > age) {
-            oldest = r;
-            at = u;
-            age = a;
-          }
-        }
-      }
-    }
-    uint32_t huge_freed;
-    if (huge_oldest(&huge_freed) && (oldest == NULL || clock_ms - huge_freed >= age)) {
-      huge_purge_oldest(excess);
-      continue;
-    }
-    if (oldest == NULL) return;
-    size_t need = (excess + UNIT_SIZE - 1) >> UNIT_SHIFT, from = at, to = at + 1;
-    while (to - from < need && to < UNITS_PER_REGION && bit_get(oldest->free_bits, to) &&
-           bit_get(oldest->dirty_bits, to))
-      to++;
-    while (to - from < need && bit_get(oldest->free_bits, from - 1) &&
-           bit_get(oldest->dirty_bits, from - 1))
-      from--;
-    purge_units(oldest, from, to - from);
-    region_release_if_spare(oldest);
-  }
-}
-
-void purge_schedule(uint64_t due_ms) {
-  if (next_purge_ms == 0 || due_ms < next_purge_ms) next_purge_ms = due_ms;
-}
-
-hak_slab_t *region_alloc_span(size_t units) {
+hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
   span_place_t place = find_place(units);
   hak_region_t *r = place.region;
   size_t first = place.first;
@@ -308,7 +204,7 @@ hak_slab_t *region_alloc_span(size_t units) {
       touched = (u - first) * UNIT_SIZE + ((size_t)r->touched_pages[u] << TOUCH_SHIFT);
       r->touched_pages[u] = 0;
       r->dirty_free_units--;
-      dirty_units--;
+      region_dirty_units--;
     } else {
       atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     }
@@ -316,10 +212,8 @@ hak_slab_t *region_alloc_span(size_t units) {
   bits_set_range(r->free_bits, first, units, false);
   bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
   r->free_units -= (uint32_t)units;
-  used_units += units;
-  note_peak(units * UNIT_SIZE);
-  /* New pages were touched while older free ones stay resident: keep within budget. */
-  if (place.dirty < units && hak_opt.purge_delay_ms > 0) purge_to_budget();
+  region_used_units += units;
+  *fresh = place.dirty < units;
   hak_slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
@@ -354,19 +248,13 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   bits_set_range(r->free_bits, first, units, true);
   r->free_units += (uint32_t)units;
   r->dirty_free_units += (uint32_t)dirty;
-  dirty_units += dirty;
-  used_units -= units;
-  clock_ms = (uint32_t)now_ms;
-  peak_window_tick(now_ms);
+  region_dirty_units += dirty;
+  region_used_units -= units;
   if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
   if (hak_opt.purge_delay_ms == 0 && dirty > 0) purge_units(r, first, dirty);
   /* Keep a few empty regions for reuse; give the rest back once their pages are purged
    * (at once if they are, or by the purge pass or the budget). */
   region_release_if_spare(r);
-  if (hak_opt.purge_delay_ms > 0) {
-    purge_schedule(now_ms + (uint64_t)hak_opt.purge_delay_ms);
-    purge_to_budget();
-  }
 }
 
 /* Were all of r's resident free units freed delay_ms ago or more? */
@@ -380,12 +268,8 @@ static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms
   return true;
 }
 
-size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
-  if (delay_ms < 0) return 0;
-  if (delay_ms > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) return 0;
+size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due) {
   size_t purged = 0;
-  uint64_t next_due = 0;
-  clock_ms = (uint32_t)now_ms;
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
@@ -408,7 +292,7 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
         run++;
       if (run == 0) { /* not due yet */
         uint64_t due = now_ms + (uint32_t)delay_ms - ((uint32_t)now_ms - r->freed_ms[u]);
-        if (next_due == 0 || due < next_due) next_due = due;
+        if (*next_due == 0 || due < *next_due) *next_due = due;
         u++;
         continue;
       }
@@ -419,10 +303,48 @@ size_t region_purge(uint64_t now_ms, long delay_ms, bool release_regions) {
     region_release_if_spare(r);
     r = next;
   }
-  purged += huge_purge(now_ms, delay_ms, &next_due);
-  next_purge_ms = next_due;
-  peak_window_tick(now_ms);
   return purged;
+}
+
+/* The resident free unit freed longest ago (age measured at clock_ms), or false. */
+bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age) {
+  hak_region_t *oldest = NULL;
+  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+    if (r->dirty_free_units == 0) continue;
+    for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+      for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+        size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+        uint32_t a = clock_ms - r->freed_ms[u];
+        if (oldest == NULL || a > *age) {
+          oldest = r;
+          *unit = u;
+          *age = a;
+        }
+      }
+    }
+  }
+  *region = oldest;
+  return oldest != NULL;
+}
+
+/* Purges `need` units from the resident free unit `at` and its resident free
+ * neighbours (fewer if the run is shorter); the region goes if it is now spare. */
+void region_purge_around(hak_region_t *r, size_t at, size_t need) {
+  size_t from = at, to = at + 1;
+  while (to - from < need && to < UNITS_PER_REGION && bit_get(r->free_bits, to) &&
+         bit_get(r->dirty_bits, to))
+    to++;
+  while (to - from < need && bit_get(r->free_bits, from - 1) && bit_get(r->dirty_bits, from - 1))
+    from--;
+  purge_units(r, from, to - from);
+  region_release_if_spare(r);
+}
+
+/* A huge mapping leaves the region map and goes back to the OS. */
+void region_map_unmap(uintptr_t base, size_t map_size) {
+  for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE) region_map[c >> REGION_SHIFT] = MAP_NONE;
+  os_unmap((void *)base, map_size);
+  atomic_fetch_add_explicit(&hak_gstats.released_bytes, map_size, memory_order_relaxed);
 }
 
 /* Grow a span in place over the free units right after it. Returns the new unit count
@@ -436,7 +358,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   for (size_t u = end; u < want_end; u++) {
     if (bit_get(r->dirty_bits, u)) {
       r->dirty_free_units--;
-      dirty_units--;
+      region_dirty_units--;
       r->touched_pages[u] = 0;
     } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     r->unit_map[u] = s;
@@ -445,16 +367,16 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   bits_set_range(r->free_bits, end, want_end - end, false);
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);
-  used_units += want_end - end;
-  note_peak(new_units * UNIT_SIZE);
+  region_used_units += want_end - end;
   s->units = (uint16_t)new_units;
   return new_units;
 }
 
-void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
+/* Cuts s to new_units; returns the tail's descriptor, for the caller to free, or NULL. */
+hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units) {
   hak_region_t *r = region_of((uintptr_t)s);
   size_t from = (size_t)s->unit_idx + new_units, n = s->units - new_units;
-  if (n == 0) return;
+  if (n == 0) return NULL;
   hak_slab_t *tail = &r->slabs[from];
   size_t keep = new_units * UNIT_SIZE;
   memset(tail, 0, sizeof *tail);
@@ -463,5 +385,5 @@ void region_shrink_span(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
   tail->touched = s->touched > keep ? (uint32_t)(s->touched - keep) : 0;
   if (s->touched > keep) s->touched = (uint32_t)keep;
   s->units = (uint16_t)new_units;
-  region_free_span(tail, now_ms);
+  return tail;
 }

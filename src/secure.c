@@ -56,16 +56,6 @@ static inline uint64_t canary_at(uintptr_t a) {
   unsigned r = (unsigned)(a & 7) * 8;
   return r ? canary_w >> r | canary_w << (64 - r) : canary_w;
 }
-static inline uintptr_t *size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
-/* Relaxed atomics (plain moves on x86): a free checks the size word of the block below
- * its own, which a thread without a heap may be rewriting as it frees that block
- * (release_unchecked); either value passes the check. */
-static inline size_t size_decode(const uintptr_t *w) {
-  return __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
-}
-static inline void size_encode(uintptr_t *w, size_t n) {
-  __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
-}
 
 /* ---- per-byte work ------------------------------------------------------------- */
 /* Canary fills and checks and the zero check are written once, over 32-byte vectors, and
@@ -153,7 +143,7 @@ hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
  * max(n, 16) but for its free tag (and, once released, its link), canaries after? */
 hak_inline bool still_clean_body(uintptr_t a, const hak_slab_t *s) {
   size_t S = s->block_size;
-  size_t n = size_decode(size_word(a, S));
+  size_t n = secure_size_decode(secure_size_word(a, S));
   if (n > S - SECURE_TAIL) return false;
   size_t zeroed = n < 16 ? 16 : n;
   const uint64_t *w = (const uint64_t *)a;
@@ -202,7 +192,7 @@ static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
  * unchecked, a corrupt size word. A purged block (block_purged) also has its mark in
  * [16, 24) and zeros where whole pages of the canary bytes were. */
 static inline size_t block_known(uintptr_t a, size_t S) {
-  size_t n = size_decode(size_word(a, S));
+  size_t n = secure_size_decode(secure_size_word(a, S));
   if (n - 1 >= S - SECURE_TAIL) return 0;
   return n < 16 ? 16 : n;
 }
@@ -218,7 +208,7 @@ static inline void arm_known(uintptr_t a, size_t n, size_t S, size_t k) {
     if (to - (a + n) < 8) to += 8; /* canary_fill wants a word; k <= S - 16 leaves room */
     canary_fill(a + n, to);
   }
-  size_encode(size_word(a, S), n);
+  secure_size_encode(secure_size_word(a, S), n);
 }
 static inline void arm_block(uintptr_t a, size_t n, size_t S) { arm_known(a, n, S, canary_known(a, S)); }
 
@@ -232,58 +222,28 @@ void *secure_arm(void *p, size_t n) {
 }
 
 size_t secure_usable(void *p, hak_slab_t *s) {
-  size_t n = size_decode(size_word((uintptr_t)p, s->block_size));
+  size_t n = secure_size_decode(secure_size_word((uintptr_t)p, s->block_size));
   if (n > s->block_size - SECURE_TAIL) hak_fatal_at("heap overflow detected", p);
   return n;
-}
-
-/* New blocks get a size word (so the block after them can check it) and join the
- * free list in random order. */
-void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n) {
-  static _Atomic uint64_t rng;
-  uint64_t x = atomic_fetch_add_explicit(&rng, 0x9e3779b97f4a7c15ull, memory_order_relaxed) ^ hak_list_key;
-  uint16_t order[UNIT_SIZE / 32];
-  if (n > sizeof order / sizeof order[0]) n = sizeof order / sizeof order[0];
-  for (uint32_t i = 0; i < n; i++) {
-    order[i] = (uint16_t)i;
-    size_encode(size_word(first + (uintptr_t)i * s->block_size, s->block_size), 0);
-  }
-  if (first == s->start) size_encode((uintptr_t *)(first - 8), 0); /* guard before block 0 */
-  for (uint32_t i = n; i > 1; i--) { /* Fisher-Yates with splitmix64 */
-    x += 0x9e3779b97f4a7c15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    uint32_t j = (uint32_t)(z % i);
-    uint16_t t = order[i - 1];
-    order[i - 1] = order[j];
-    order[j] = t;
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    hak_block_t *b = (hak_block_t *)(first + (uintptr_t)order[i] * s->block_size);
-    block_set_next(b, s->free);
-    s->free = b;
-  }
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
 static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
   size_t S = s->block_size;
-  size_t n = size_decode(size_word(a, S));
+  size_t n = secure_size_decode(secure_size_word(a, S));
   if (n > S - SECURE_TAIL || !canary_intact(a + n, a + S - 8))
     hak_fatal_at("heap overflow detected", (void *)a);
   /* The word before the block is the previous block's size word (or the guard before
    * block 0): a write below our start shows there. Only in our own slabs: another
    * thread may be arming its neighbour right now (or was, when a fork froze it). */
-  if (own_slab && size_decode((const uintptr_t *)(a - 8)) > S - SECURE_TAIL)
+  if (own_slab && secure_size_decode((const uintptr_t *)(a - 8)) > S - SECURE_TAIL)
     hak_fatal_at("heap overflow detected", (void *)a);
 }
 
 /* A free block's size word also tells calloc what it need not clear: the quarantine's
  * check has seen [16, n) zero. A block that skips the check says 0 instead. */
 static void release_unchecked(void *p, hak_slab_t *s) {
-  size_encode(size_word((uintptr_t)p, s->block_size), 0);
+  secure_size_encode(secure_size_word((uintptr_t)p, s->block_size), 0);
   ((hak_block_t *)p)->free_tag = 0;
   heap_free_slow(p, s);
 }
@@ -331,7 +291,7 @@ void secure_free(void *p) {
   }
   size_t S = s->block_size;
   check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
-  size_t n = size_decode(size_word(a, S));
+  size_t n = secure_size_decode(secure_size_word(a, S));
   memset(p, 0, n < 16 ? 16 : n);
   b->free_tag = tag;
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
@@ -349,33 +309,14 @@ void secure_free(void *p) {
   hak_slab_t *os = region_slab_of(oa);
   if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
   if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
-    block_set_next(old, os->local_free);
-    os->local_free = old;
-    hak_compiler_barrier(); /* the list before the count: see heap_reclaim_idle */
-    uint16_t left = (uint16_t)(os->used - 1);
-    hak_tso_store(&os->used, left);
-    if (left == 0) heap_slab_emptied(h, os);
+    if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
     return;
   }
   old->free_tag = 0;
   heap_free_slow(old, os);
 }
 
-/* ---- guard pages and malloc(0) ---------------------------------------------------- */
-static void protect(uintptr_t a, size_t len, bool accessible) {
-  if (!os_protect((void *)a, len, accessible)) hak_fatal("mprotect failed for a guard page");
-}
-
-void secure_guard_large(hak_slab_t *s, bool on) {
-  size_t page = os_page_size();
-  protect(s->start - page, page, !on);
-  protect(s->start + s->block_size, page, !on);
-}
-
-void secure_guard_region(void *region) {
-  protect((uintptr_t)region + REGION_SIZE - UNIT_SIZE, UNIT_SIZE, false);
-}
-
+/* ---- malloc(0) -------------------------------------------------------------------- */
 /* malloc(0) hands out distinct addresses in reserved, inaccessible chunks: any read or
  * write through such a pointer faults. */
 void *secure_malloc_zero(void) {
@@ -388,7 +329,7 @@ void *secure_malloc_zero(void) {
       errno = ENOMEM;
       return NULL;
     }
-    protect((uintptr_t)chunk, REGION_SIZE, false);
+    secure_protect((uintptr_t)chunk, REGION_SIZE, false);
     region_map[(uintptr_t)chunk >> REGION_SHIFT] = MAP_ZERO;
     next = (uintptr_t)chunk;
     end = next + REGION_SIZE;

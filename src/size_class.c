@@ -1,13 +1,8 @@
 /* Size classes: 16-byte steps to 128 bytes, then 4 classes per doubling, tiny (<= 1 KiB)
  * and mid (<= 128 KiB) alike, so the space lost to rounding is < 25% above 128 bytes.
- *
  * Each class's memory follows its own peak, and a heap holds about the sum of its
- * classes' peaks (design.md, "Size classes"): fewer classes hold more blocks each, whose
- * counts swing less in proportion. Against 8 classes per doubling above 256 bytes (and
- * 16-byte steps to 256), in a run of 5 interleaved rounds: peak RSS producer_consumer t=2
- * 3928 -> 3628 KiB, t=8 10160 -> 9140, larson t=8 15528 -> 13124, thread_churn t=2
- * 4384 -> 4140, random_mixed 4776 -> 4696 (its live blocks waste more to rounding, but
- * its classes' peaks add up to less); throughput within the noise (design.md). */
+ * classes' peaks: fewer classes hold more blocks each, whose counts swing less in
+ * proportion (docs/experiments.md has the measurements behind these choices). */
 #include "internal.h"
 
 #include <string.h>
@@ -33,9 +28,8 @@ static uint32_t class_bytes(unsigned c) {
  * Small blocks come at least 8 at a time (8 KiB of the largest): a thread cycling
  * through a few blocks takes the refill path once per round of the blocks it has, so
  * fewer would cost it instructions. Each class's last carve overshoots its peak by half
- * a carve on average, once per class and heap: 8 rather than 16 took 30-70 KiB off the
- * peak RSS of calloc, producer_consumer t=2 and thread_churn t=1 (1-2%) for +0.1% of
- * their instructions. Mid blocks come a page's worth or one at a time. */
+ * a carve on average, once per class and heap, so not more than 8. Mid blocks come a
+ * page's worth or one at a time. */
 #define EXTEND_BYTES 4096
 #define EXTEND_MIN_BLOCKS 8
 
@@ -55,27 +49,16 @@ size_t slab_gap(size_t units, uint32_t size) {
 
 /* Where malloc's fast paths pop, slabs hold many blocks: malloc pops only the head
  * slab's list, and frees refill only the slab they belong to, so the fewer slabs a class
- * spreads over, the more of its pops take a block freed a moment ago and still in cache.
- * - tiny classes, at least 256 blocks (up to 4 units, for 1 KiB). random_mixed (8192
- *   slots): 15% fewer D1 misses under cachegrind, 5% more throughput; peak RSS fell or
- *   held on the seven rows compared with 64 KiB slabs (thread_churn t=1 3.20 -> 3.00 MiB);
+ * spreads over, the more of its pops take a block freed a moment ago and still in cache:
+ * - tiny classes, at least 256 blocks (up to 4 units, for 1 KiB);
  * - the tiny classes above 512 bytes, at least 512 blocks (8 units), since each of them
- *   spans 128 bytes of sizes. random_mixed under cachegrind (5M steps): 12.43M -> 11.67M
- *   D1 misses and 416.2M -> 413.4M instructions against 256 blocks (with the old classes,
- *   11.78M and 413.3M);
+ *   spans 128 bytes of sizes;
  * - mid classes with a direct slot (up to 4 KiB, popped by aligned allocation), at least
- *   64 blocks (up to 4 units, for 4 KiB). bench_aligned (4096 slots) under cachegrind:
- *   5.51M -> 5.20M D1 misses, 228.9M -> 221.3M instructions; +5% throughput; peak RSS
- *   5.05 -> 5.2 MiB.
- * Carving stays lazy, but a slab of more blocks empties less often: after freeing all
- * but 1%, memory_behaviour_keep1pct keeps 78 MiB with neither of the first two, 105 with
- * the tiny one, 111 with both, 117 with the coarser tiny classes and 120 with the third.
- * The other mid classes hold at least 4 blocks, so that up to 16 KiB a slab is one unit:
- * their emptied slabs then go to the span cache in the one size that all of 5-16 KiB
- * take, and reuse each other's resident pages. calloc (3M steps, 256 slots, up to
- * 16 KiB; a ninth of its blocks are 16 KiB): peak RSS 3.44 -> 3.20 MiB at the same
- * throughput. With 8 blocks, slabs from 10 KiB up spanned two units, and at exit four
- * emptied ones (448 KiB) sat resident in the span cache. */
+ *   64 blocks (up to 4 units, for 4 KiB).
+ * Carving stays lazy, but a slab of more blocks empties less often, so it holds memory
+ * longer after a mass free. The other mid classes hold at least 4 blocks, so that up to
+ * 16 KiB a slab is one unit: their emptied slabs then go to the span cache in the one
+ * size that all of 5-16 KiB take, and reuse each other's resident pages. */
 #define TINY_SLAB_BLOCKS 256
 #define MID_DIRECT_SLAB_BLOCKS 64
 #define MID_SLAB_BLOCKS 4

@@ -4,10 +4,6 @@
  * lazy carving so that untouched blocks never become resident. */
 #include "internal.h"
 
-/* Random per process: the mark on the pages heap.c gives back inside big free blocks. */
-uintptr_t hak_cookie = 0x9e3779b97f4a7c15ull;
-uintptr_t hak_list_key;
-
 _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   (void)s;
   hak_fatal_at("corrupted free list (write after free?) at", link);
@@ -60,9 +56,7 @@ size_t slab_trim_stale(hak_slab_t *s) {
  * out first, which a small working set keeps reusing, would sit at the same offsets
  * within a page in every slab of every class and heap. Starting each slab's carves at a
  * block picked from the slab's address spreads them, and changes no address, so the
- * class's alignment, the pages written and the slab's capacity stay as they were.
- * larson (1000 live blocks of 8-1000 bytes a thread), 1 and 2 threads: +11-12% throughput,
- * same peak RSS; under cachegrind the same instructions and about the same simulated misses. */
+ * class's alignment, the pages written and the slab's capacity stay as they were. */
 static uint32_t carve_colour(const hak_slab_t *s, uint32_t n) {
   uint32_t h = (uint32_t)(slab_base(s) >> UNIT_SHIFT) * 2654435761u; /* Fibonacci hashing */
   return (uint32_t)((uint64_t)(h >> 8) * n >> 24);
@@ -129,8 +123,8 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
 
 /* Pushes the chain head..tail (already linked, `count` blocks) onto s's remote list. */
 /* Set by the first push: until then no full slab can hold remote frees, and a program
- * with one thread never looks for them (on every refill, two cold descriptors: 6% of the
- * instructions of building memory_behaviour's working set). Relaxed: a look that misses
+ * with one thread never looks for them (two cold descriptors on every refill). Relaxed:
+ * a look that misses
  * a push only finds its blocks at a later refill. */
 _Atomic bool slab_remote_seen;
 

@@ -34,7 +34,7 @@ hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units) {
 static void release_to_region(hak_slab_t **list, uint32_t n, uint64_t now) {
   if (n == 0) return;
   pthread_mutex_lock(&region_lock);
-  for (uint32_t i = 0; i < n; i++) region_free_span(list[i], now);
+  for (uint32_t i = 0; i < n; i++) span_free(list[i], now);
   pthread_mutex_unlock(&region_lock);
 }
 

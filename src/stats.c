@@ -9,18 +9,45 @@
 #include <string.h>
 #include <unistd.h>
 
-hak_global_stats_t hak_gstats;
-
-void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]);
-
-void stats_note_in_use(void) {
-  size_t now = atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) +
-               atomic_load_explicit(&huge_mapped_bytes, memory_order_relaxed);
-  size_t peak = atomic_load_explicit(&hak_gstats.peak_in_use, memory_order_relaxed);
-  while (now > peak && !atomic_compare_exchange_weak_explicit(&hak_gstats.peak_in_use, &peak, now,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed)) {
+static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint32_t c,
+                       uint64_t *used, uint64_t *slabs) {
+  size_t limit = q->count + 1;
+  for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next) {
+    /* Neither the pin nor frees waiting in the remote list are live blocks. */
+    uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
+    uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT);
+    uint32_t live = __atomic_load_n(&s->used, __ATOMIC_RELAXED) - (s == pinned);
+    used[c] += live > waiting ? live - waiting : 0;
+    slabs[c]++;
   }
+}
+
+/* Figures for the report. Other threads keep running, so they are a snapshot, not an
+ * exact count. Each heap is walked under its lock, which its owner holds whenever it
+ * changes its lists (and which keeps their slabs from being given away); the counts
+ * and quarantine slots the owner also writes on its fast paths are read as relaxed
+ * atomics. The abandoned lists belong to region_lock. */
+static void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]) {
+  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return;
+  /* The caller's own frees into other heaps' slabs count as done: hand them over. */
+  if (hak_tls_heap != &hak_heap_empty) heap_remote_flush(hak_tls_heap);
+  pthread_mutex_lock(&heaps_lock);
+  for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
+    pthread_mutex_lock(&h->lock);
+    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+      walk_queue(&h->queue[c], h->pinned[c], c, used, slabs);
+      walk_queue(&h->full[c], h->pinned[c], c, used, slabs);
+    }
+    for (uint32_t i = 0; HAKMEM_SECURE && i < QUARANTINE_SLOTS; i++) { /* freed, not reusable */
+      hak_block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
+      if (q != NULL) used[region_slab_of((uintptr_t)q)->class_idx]--;
+    }
+    pthread_mutex_unlock(&h->lock);
+  }
+  pthread_mutex_lock(&region_lock);
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) walk_queue(&heap_abandoned[c], NULL, c, used, slabs);
+  pthread_mutex_unlock(&region_lock);
+  pthread_mutex_unlock(&heaps_lock);
 }
 
 typedef struct totals {
@@ -33,7 +60,7 @@ static void gather(totals_t *t) {
   heap_walk(t->used, t->slabs);
   for (unsigned c = 0; c < NUM_CLASSES; c++) t->small_in_use += t->used[c] * class_size[c];
   t->large_in_use = atomic_load_explicit(&hak_gstats.large_in_use, memory_order_relaxed);
-  t->huge_mapped = atomic_load_explicit(&huge_mapped_bytes, memory_order_relaxed);
+  t->huge_mapped = atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
 }
 
 hak_export void hak_get_info(hak_info_t *info) {
@@ -53,7 +80,7 @@ struct mallinfo2 hak_mallinfo2(void) {
   hak_get_info(&info);
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
-  size_t huge = atomic_load_explicit(&huge_mapped_bytes, memory_order_relaxed);
+  size_t huge = atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
   mi.arena = info.mapped - huge;
   mi.hblkhd = huge;
   mi.uordblks = info.in_use > huge ? info.in_use - huge : 0;
@@ -72,7 +99,7 @@ static void out(FILE *f, const char *fmt, ...) {
   if (n <= 0) return;
   if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
   if (f == stderr) {
-    os_write_stderr(buf, (size_t)n);
+    hak_write_stderr(buf, (size_t)n);
   } else {
     fwrite(buf, 1, (size_t)n, f);
   }

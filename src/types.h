@@ -15,7 +15,8 @@
  *   heap    one thread's allocation state: per-class queues of the slabs it owns.
  *           Only the owning thread touches a slab's non-atomic fields; other threads
  *           push frees onto the slab's atomic remote list.
- *   huge    a block too big for a region: mapped on its own, unmapped at free.
+ *   huge    a block over half a region (32 MiB): mapped on its own; a few freed ones of
+ *           up to 64 MiB are kept for reuse (purge.c), the rest unmapped at free.
  *
  * Owner word: every slab descriptor's `owner` is the owning heap's address, with
  * SLAB_FULL or'ed in when the slab has no free block, or a small constant for the
@@ -39,9 +40,9 @@
 /* Words read or written plainly on a fast path while other threads use atomics on them
  * (the owner word and a slab's `used` on free; the slab map's size and entries). The
  * protocol relies on x86 keeping stores in order and loads in order, plus a compiler
- * barrier, for fewer instructions per free than C11 atomics (make perfcheck: +1 for a
- * relaxed load of the owner, +3 for a release store of the count). A ThreadSanitizer build turns them into the acquire loads and release
- * stores x86 gives, so that what it reports is a race in the protocol, not these. */
+ * barrier, for fewer instructions per free than C11 atomics. A ThreadSanitizer build
+ * turns them into the acquire loads and release stores x86 gives, so that what it
+ * reports is a race in the protocol, not these. */
 #if defined(__SANITIZE_THREAD__)
 #define hak_tso_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define hak_tso_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -72,9 +73,7 @@
 /* ---- geometry ------------------------------------------------------------------- */
 #define UNIT_SHIFT 16
 #define UNIT_SIZE ((size_t)1 << UNIT_SHIFT)
-/* 64 MiB: a large block of up to 32 MiB leaves room in its region for others (in 32 MiB
- * regions, a block of 16..32 MiB took a region of its own; churning such blocks, `large`
- * faulted in twice the pages tcmalloc does). */
+/* 64 MiB: a large block of up to 32 MiB leaves room in its region for others. */
 #define REGION_SHIFT 26
 #define REGION_SIZE ((size_t)1 << REGION_SHIFT)
 #define REGION_MASK (REGION_SIZE - 1)
@@ -132,7 +131,7 @@ _Static_assert(UNIT_SIZE / 16 < ((uintptr_t)1 << (64 - REMOTE_COUNT_SHIFT)),
 
 typedef struct hak_block {
   struct hak_block *next;
-  uintptr_t free_tag; /* address ^ cookie while the block is free; 0 once allocated */
+  uintptr_t free_tag; /* its slab descriptor's address while free; 0 once allocated */
 } hak_block_t;
 
 struct hak_heap;
@@ -202,8 +201,7 @@ typedef struct hak_region {
 } hak_region_t;
 
 /* Pending chains of frees into other threads' slabs, direct-mapped by slab. 64, so
- * that the slabs of every tiny class of one owner seldom share a chain (16 chains:
- * a push per 2.3 frees on producer_consumer, and 0.89x its throughput). */
+ * that the slabs of every tiny class of one owner seldom share a chain. */
 #define REMOTE_CHAINS 64
 
 /* Free spans a heap keeps for reuse without taking region_lock. */

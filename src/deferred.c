@@ -1,0 +1,194 @@
+/* Deferred work: what a heap does every DEFERRED_PERIOD_MS at most, on a slow path it
+ * takes anyway (a refill, a large block, every 256th malloc from a slab): hand over
+ * pending remote frees, take back full slabs that other threads freed into, give back
+ * pages that free memory no longer needs (idle queue heads, whole pages inside big
+ * free blocks, stale pages of reused spans, the heap's old cached spans), run the purge
+ * pass, and once per purge period look at other threads' heaps. Also malloc_trim,
+ * which does all of it at once. */
+
+#include "internal.h"
+#include "hakmem.h"
+
+/* Work on other threads' heaps, by one thread at a time, at most once per purge period:
+ * parked heaps past the period are dissolved, and idle heaps' slabs that came back are
+ * taken (not with purging off). */
+static void heap_others_if_due(hak_heap_t *self, uint64_t now) {
+  static _Atomic uint64_t next_ms;
+  uint64_t due = atomic_load_explicit(&next_ms, memory_order_relaxed);
+  if (now < due) return;
+  if (!atomic_compare_exchange_strong_explicit(&next_ms, &due, now + purge_period_ms(),
+                                               memory_order_relaxed, memory_order_relaxed))
+    return;
+  heap_dissolve_parked(now, false);
+  if (hak_opt.purge_delay_ms >= 0) heap_reclaim_idle(self, now, false);
+}
+
+/* ---- deferred work, trimming, thread exit ------------------------------------------- */
+
+/* Full slabs with remote frees go back to their queue; empty ones to the region. */
+static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
+  size_t released = 0;
+  hak_slab_t *s = h->full[c].head;
+  while (s != NULL) {
+    hak_slab_t *next = s->next;
+    if (slab_has_remote(s)) {
+      slab_collect(s);
+      if (s->used == 0 || s->free != NULL) {
+        queue_remove(&h->full[c], s);
+        __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+        if (s->used == 0) {
+          released += (size_t)s->units * UNIT_SIZE;
+          heap_release_slab(h, s);
+        } else {
+          queue_push_back(&h->queue[c], s);
+        }
+      }
+    }
+    s = next;
+  }
+  heap_head_changed(h, c);
+  return released;
+}
+
+/* A queue head that stayed empty for the purge delay gives its pages back but stays the
+ * head, so a thread that went quiet holds no dirty memory and one that did not loses
+ * nothing. aux holds when the head was first seen empty (only the pin in `used`). */
+static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
+  if (hak_opt.purge_delay_ms < 0) return;
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    hak_slab_t *s = h->pinned[c];
+    if (s == NULL || s->used != 1 || s->capacity == 0) {
+      if (s) s->aux = 0;
+      continue;
+    }
+    if (s->aux == 0) s->aux = now;
+    if (now - s->aux < (uint64_t)hak_opt.purge_delay_ms) continue;
+    s->free = s->local_free = NULL;
+    s->capacity = 0;
+    s->aux = 0;
+    s->touched = 0;
+    os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
+    atomic_fetch_add_explicit(&hak_gstats.purged_bytes, (size_t)s->units * UNIT_SIZE,
+                              memory_order_relaxed);
+  }
+}
+
+/* Free blocks of a page or more keep only their first words (list link, free tag, the
+ * mark below) resident: the whole pages inside them go back to the OS, so a few live
+ * blocks no longer hold a slab's worth of memory. The mark in the third word saves
+ * purging a block twice; a block handed out and freed again that kept its third word
+ * unwritten is simply skipped. */
+static void heap_purge_free_blocks(hak_heap_t *h) {
+  size_t page = os_page_size();
+  for (uint32_t c = TINY_CLASSES; c < NUM_CLASSES; c++) {
+    if (class_size[c] < 2 * page) continue;
+    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) {
+      hak_block_t *lists[2] = {s->free, s->local_free};
+      for (int l = 0; l < 2; l++) {
+        for (hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
+          uintptr_t a = (uintptr_t)b;
+          if (block_purged(a)) continue;
+          uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
+          uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
+          if (to > from) {
+            os_purge((void *)from, to - from);
+            atomic_fetch_add_explicit(&hak_gstats.purged_bytes, to - from, memory_order_relaxed);
+          }
+          block_mark_purged(a);
+        }
+      }
+    }
+  }
+}
+
+/* Pages that an earlier use of a slab's span wrote past what the slab has carved. A
+ * slab has such pages only when it is made (carving raises `touched` no further than
+ * what it keeps), so one pass over the classes that got such a slab finds them all,
+ * without walking the many cold descriptors of classes that got none. */
+static void heap_trim_stale(hak_heap_t *h) {
+  uint64_t classes = h->stale_classes;
+  if (classes == 0) return;
+  h->stale_classes = 0;
+  size_t purged = 0;
+  for (; classes != 0; classes &= classes - 1) {
+    uint32_t c = (uint32_t)__builtin_ctzll(classes);
+    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);
+  }
+  if (purged) atomic_fetch_add_explicit(&hak_gstats.purged_bytes, purged, memory_order_relaxed);
+}
+
+static void heap_deferred(hak_heap_t *h, uint64_t now) {
+  pthread_mutex_lock(&h->lock);
+  h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
+  heap_remote_flush(h);
+  heap_purge_idle_heads(h, now);
+  if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
+  if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
+    h->next_block_purge_ms = now + purge_period_ms();
+    heap_purge_free_blocks(h);
+  }
+  if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
+  /* Only other threads' frees change a full slab: until a first one, there is nothing to
+   * find, and a single-threaded program need not walk its full slabs at every pass. */
+  if (atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
+    for (uint32_t c = 0; c < NUM_CLASSES; c++)
+      if (h->full[c].head) heap_collect_full(h, c);
+  if (pthread_mutex_trylock(&region_lock) == 0) {
+    heap_sweep_abandoned_locked(now, false);
+    purge_pass(now, hak_opt.purge_delay_ms, false);
+    pthread_mutex_unlock(&region_lock);
+  }
+  pthread_mutex_unlock(&h->lock);
+  heap_others_if_due(h, now);
+}
+
+/* On a path slow enough to look at the clock: deferred work, when it is due. */
+void heap_deferred_if_due(hak_heap_t *h) {
+  uint64_t now = os_now_ms();
+  if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
+}
+
+size_t heap_collect(hak_heap_t *h, bool release_all) {
+  size_t released = 0;
+  if (h != &hak_heap_empty) {
+    pthread_mutex_lock(&h->lock);
+    heap_remote_flush(h);
+    heap_purge_free_blocks(h);
+    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+      released += heap_collect_full(h, c);
+      if (release_all) heap_unpin(h, c);
+      hak_slab_t *s = h->queue[c].head;
+      while (s != NULL) {
+        hak_slab_t *next = s->next;
+        slab_collect(s);
+        if (s->used == 0) {
+          queue_remove(&h->queue[c], s);
+          released += (size_t)s->units * UNIT_SIZE;
+          heap_release_slab(h, s);
+        }
+        s = next;
+      }
+      heap_head_changed(h, c);
+    }
+    pthread_mutex_unlock(&h->lock);
+  }
+  uint64_t now = os_now_ms();
+  if (h != &hak_heap_empty) released += span_cache_flush(h, now, -1);
+  heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
+  released += heap_reclaim_idle(h, now, true);
+  pthread_mutex_lock(&region_lock);
+  heap_sweep_abandoned_locked(now, true);
+  released += purge_pass(now, 0, true);
+  pthread_mutex_unlock(&region_lock);
+  return released;
+}
+
+
+/* malloc_trim: give every free page that can safely be reached back to the OS now. */
+hak_export int hak_malloc_trim(size_t pad) {
+  (void)pad; /* hakmem keeps no top-of-heap pad: every free unit can go */
+  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return 0;
+  hak_heap_t *h = hak_tls_heap;
+  if (HAKMEM_SECURE && h != &hak_heap_empty) secure_quarantine_flush(h, true);
+  return heap_collect(h, true) > 0;
+}
