@@ -31,3 +31,19 @@ cmake -S "$src" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure
 cmake --build "$work/cmake" >"$work/build.log"
 run "$work/cmake/consumer"
 if [ -x "$work/cmake/consumer_secure" ]; then run "$work/cmake/consumer_secure"; fi
+
+# gdb's commands, installed where gdb auto-loads them for the library: under
+# share/gdb/auto-load, the library's path plus -gdb.py (docs/debugging.md).
+lib=$(readlink -f "$libdir/libhakmem.so")
+autoload=$prefix/share/gdb/auto-load$libdir/$(basename "$lib")-gdb.py
+[ -f "$autoload" ] || { echo "FAIL: no gdb script at $autoload"; exit 1; }
+if command -v gdb >/dev/null 2>&1; then
+  out=$(env -u DEBUGINFOD_URLS gdb -batch -nx -iex "add-auto-load-scripts-directory $prefix/share/gdb/auto-load" \
+        -iex "add-auto-load-safe-path $prefix" -ex 'help hakmem heap' "$libdir/libhakmem.so.0" 2>&1)
+  case $out in
+    *"Live blocks"*) echo "ok: gdb auto-loads $autoload" ;;
+    *) echo "FAIL: gdb did not auto-load $autoload:"; echo "$out"; exit 1 ;;
+  esac
+else
+  echo "ok: $autoload (gdb not installed: auto-loading is not checked)"
+fi
