@@ -199,7 +199,7 @@ def main():
     check("abandoned slabs: 0" in heap, "abandoned lists not read", heap)
     check(re.search(r"regions: 1 \(64\.00 MiB mapped\)", heap), "region list not read", heap)
     check("large: 1 live block" in heap, "the large block is not counted", heap)
-    check(re.search(r"huge: [\d.]+ MiB mapped \(huge_mapped_bytes\), 1 live block", heap),
+    check(re.search(r"huge: [\d.]+ MiB mapped \(hak_gstats.huge_mapped\), 1 live block", heap),
           "the huge block is not found", heap)
     if secure:
         check("quarantine (hardened build)" in heap, "no quarantine line", heap)

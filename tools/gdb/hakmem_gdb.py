@@ -37,7 +37,7 @@ OWNER_NAMES = {OWNER_NONE: "OWNER_NONE (no block: free unit or unused span)",
 MAP_NONE, MAP_REGION, MAP_HUGE, MAP_HUGE_TAIL, MAP_ZERO = range(5)
 MAP_NAMES = ["none", "region", "huge", "huge-tail", "zero"]
 REGION_MAGIC = 0x68616B6D656D5247      # "hakmemRG" (region.c)
-HUGE_MAGIC = 0x68616B6D656D4847        # "hakmemHG" (large.c)
+HUGE_MAGIC = 0x68616B6D656D4847        # "hakmemHG" (huge.c)
 HUGE_FREED_MAGIC = 0x68616B6D656D4846  # "hakmemHF": freed, kept mapped for reuse
 MADV_DONTDUMP, MADV_DODUMP = 16, 17
 
@@ -152,7 +152,7 @@ class Hakmem:
                     return int(sym.value().address.cast(gdb.lookup_type("unsigned long")))
                 except gdb.error:
                     pass
-        for where in ("region.c", "heap.c", "large.c"):
+        for where in ("region.c", "heap_handover.c", "purge.c", "huge.c"):
             try:
                 v = gdb.parse_and_eval("&'%s'::%s" % (where, name))
             except gdb.error:
@@ -418,7 +418,10 @@ def cmd_heap(hk, verbose):
         if th_heap not in heaps and th_heap != hk.heap_empty:
             print("  %s is not on heaps_all" % hk.heap_name(th_heap))
 
-    abandoned = hk.find_static("abandoned", "hak_slab_queue_t")
+    try:  # a global since the heap files were split; a file static before
+        abandoned = hk.address_of("heap_abandoned")
+    except (gdb.error, AttributeError, TypeError):
+        abandoned = hk.find_static("abandoned", "hak_slab_queue_t")
     n_abandoned = 0
     if abandoned is None:
         abandoned_line = ("abandoned slabs: not visible (no static `abandoned` in the debug "
@@ -505,14 +508,14 @@ def cmd_heap_regions(hk, verbose):
     print("large: %s, %s requested, in %s of units"
           % (plural(large_blocks, "live block"), mib(large_requested), mib(large_units << UNIT_SHIFT)))
 
-    huge_bytes = hk.int_global("huge_mapped_bytes")
+    huge_bytes = int(hk.global_value("hak_gstats")["huge_mapped"])
     huge = []
     for chunk in scan.get(MAP_HUGE, []):
         hdr = hk.find_huge(chunk + REGION_SIZE - 1)
         if hdr and hdr[1] >> REGION_SHIFT == chunk >> REGION_SHIFT:
             huge.append(hdr)
     live_huge = [h for h in huge if h[0] == HUGE_MAGIC]
-    print("huge: %s mapped (huge_mapped_bytes), %s"
+    print("huge: %s mapped (hak_gstats.huge_mapped), %s"
           % (mib(huge_bytes), plural(len(live_huge), "live block")))
     for i, (magic, user, base, map_size, size) in enumerate(huge):
         if verbose or i < SHOWN_ROWS:
