@@ -63,13 +63,7 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
     }
     if (s->aux == 0) s->aux = now;
     if (now - s->aux < (uint64_t)hak_opt.purge_delay_ms) continue;
-    s->free = s->local_free = NULL;
-    s->capacity = 0;
-    s->aux = 0;
-    s->touched = 0;
-    os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
-    atomic_fetch_add_explicit(&hak_gstats.purged_bytes, (size_t)s->units * UNIT_SIZE,
-                              memory_order_relaxed);
+    os_purge((void *)slab_base(s), slab_uncarve(s));
   }
 }
 
@@ -170,10 +164,10 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
       }
       heap_head_changed(h, c);
     }
+    released += span_cache_flush(h, os_now_ms(), -1);
     pthread_mutex_unlock(&h->lock);
   }
   uint64_t now = os_now_ms();
-  if (h != &hak_heap_empty) released += span_cache_flush(h, now, -1);
   heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
   released += heap_reclaim_idle(h, now, true);
   pthread_mutex_lock(&region_lock);
@@ -191,4 +185,73 @@ hak_export int hak_malloc_trim(size_t pad) {
   hak_heap_t *h = hak_tls_heap;
   if (HAKMEM_SECURE && h != &hak_heap_empty) secure_quarantine_flush(h, true);
   return heap_collect(h, true) > 0;
+}
+
+/* ---- an idle heap, trimmed by the purge thread ------------------------------------
+ * A thread that went quiet (blocked, asleep) may never take a slow path again, and its
+ * heap keeps what its deferred work would have given back: queue heads with every block
+ * free, pending remote chains that keep other heaps' slabs from emptying, cached spans.
+ * The purge thread does that work for it, holding heaps_lock and the heap's lock, which
+ * the owner holds on every slow path. The cached spans need nothing more. The heads and
+ * chains are also written on the owner's fast paths, without a lock, so the purge
+ * thread first fences them (empty direct slots and queue heads send the owner's malloc
+ * to the slow path, where it waits for the heap's lock; chains marked with a fence send
+ * its cross-thread frees there too, see remote.c), and then makes sure that the owner
+ * was not in the middle of a fast path when the fence went up: the owner must be asleep
+ * in the kernel, having run no instruction, both before and after it (os_thread_asleep).
+ * The fast paths make no system call, so an owner asleep is not inside one. Only then are
+ * the chains pushed and the heads with no block out uncarved; their pages go back after
+ * the fence comes down, still under the heap's lock (only its idle owner can want it). */
+static bool heap_trim_worth(const hak_heap_t *h) {
+  for (uint32_t i = 0; i < REMOTE_CHAINS; i++)
+    if (h->remote[i].slab != NULL) return true;
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    const hak_slab_t *s = h->pinned[c];
+    if (s == NULL || s->capacity == 0) continue;
+    uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
+    if (s->used == 1 + (uint32_t)(remote >> REMOTE_COUNT_SHIFT)) return true;
+  }
+  return false;
+}
+
+size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved) {
+  size_t n = 0;
+  int tid = __atomic_load_n(&h->tid, __ATOMIC_RELAXED);
+  if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms);
+  uint64_t before, after;
+  if (HAKMEM_TSAN || tid == 0 || !heap_trim_worth(h) || !os_thread_asleep(tid, &before)) return 0;
+  hak_slab_t *heads[NUM_CLASSES], *chains[REMOTE_CHAINS];
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    heads[c] = h->queue[c].head;
+    __atomic_store_n(&h->queue[c].head, NULL, __ATOMIC_RELAXED);
+  }
+  for (uint32_t i = 0; i < ALL_DIRECT_SLOTS; i++) __atomic_store_n(&h->direct[i], &hak_slab_empty, __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < REMOTE_CHAINS; i++) {
+    chains[i] = h->remote[i].slab;
+    __atomic_store_n(&h->remote[i].slab, &hak_slab_empty, __ATOMIC_RELEASE);
+  }
+  atomic_thread_fence(memory_order_seq_cst);
+  bool quiet = os_thread_asleep(tid, &after) && after == before;
+  if (quiet) {
+    for (uint32_t i = 0; i < REMOTE_CHAINS; i++) {
+      struct hak_remote_chain *rc = &h->remote[i];
+      if (chains[i] != NULL) slab_remote_push(chains[i], rc->head, rc->tail, rc->count);
+      rc->head = rc->tail = NULL;
+      rc->count = 0;
+      chains[i] = NULL;
+    }
+    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+      hak_slab_t *s = h->pinned[c];
+      if (s == NULL || s->capacity == 0) continue;
+      slab_collect(s);
+      if (s->used == 1) {
+        slab_uncarve(s);
+        uncarved[n++] = s;
+      }
+    }
+  }
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) h->queue[c].head = heads[c];
+  for (uint32_t i = 0; i < REMOTE_CHAINS; i++) __atomic_store_n(&h->remote[i].slab, chains[i], __ATOMIC_RELEASE);
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) heap_head_changed(h, c); /* the direct slots */
+  return n;
 }

@@ -151,7 +151,11 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
   }
   /* The head is the owner's alone: popped outside the lock, whose holder must not run
    * the deferred work a pop may call for. */
-  return slab_pop(s, s->free);
+  void *p = slab_pop(s, s->free);
+  /* No lock held, and nothing half done (the poke may sleep in the kernel): the moment
+   * to start the purge thread if it is wanted. */
+  purge_thread_poke();
+  return p;
 }
 
 /* Every SWAP_CHECK_EVERY-th refill from local frees also looks at the clock for
@@ -210,7 +214,10 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
     return NULL;
   }
   heap_deferred_if_due(h); /* a refill or a large block */
-  return n <= MID_MAX ? heap_alloc_class(h, size_to_class(n)) : large_alloc(n, 0, false);
+  if (n <= MID_MAX) return heap_alloc_class(h, size_to_class(n));
+  void *p = large_alloc(n, 0, false);
+  purge_thread_poke();
+  return p;
 }
 
 void *heap_malloc_tick(void *b) {

@@ -225,6 +225,7 @@ hak_heap_t *heap_get(void) {
     for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
     atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
   }
+  __atomic_store_n(&h->tid, os_thread_id(), __ATOMIC_RELAXED);
   hak_tls_heap = h;
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
   if (hak_key_ready) pthread_setspecific(hak_thread_key, h);
@@ -376,8 +377,8 @@ static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
 
 /* h's slabs go to the abandoned lists and its structure to the pool. */
 static void heap_dissolve(hak_heap_t *h, uint64_t now) {
-  span_cache_flush(h, now, -1);
   pthread_mutex_lock(&h->lock);
+  span_cache_flush(h, now, -1);
   pthread_mutex_lock(&region_lock);
   heap_release_all_locked(h, now);
   heap_sweep_abandoned_locked(now, false);
@@ -392,6 +393,7 @@ void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
   heap_remote_flush(h);
   hak_tls_heap = &hak_heap_empty;
+  __atomic_store_n(&h->tid, 0, __ATOMIC_RELAXED); /* no thread owns it any more */
   uint64_t now = os_now_ms();
   hak_heap_t *excess = heap_park(h, now);
   if (excess != NULL) heap_dissolve(excess, now);
@@ -427,6 +429,7 @@ void heap_atfork_child(void) {
   if (heaps_all) {
     heaps_all->all_next = heaps_all->all_prev = NULL;
     heap_mark_main(mine); /* this thread is the child's main thread */
+    __atomic_store_n(&mine->tid, os_thread_id(), __ATOMIC_RELAXED);
   }
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
   heaps_parked_count = 0;

@@ -19,20 +19,26 @@ static void thread_exit(void *arg) {
   heap_abandon(h);
 }
 
+/* The locks, in their order; the forking thread's own heap lock too, which the purge
+ * thread may hold while it trims that heap. */
 static void fork_prepare(void) {
   pthread_mutex_lock(&heaps_lock);
+  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_lock(&hak_tls_heap->lock);
   pthread_mutex_lock(&region_lock);
 }
 
 static void fork_parent(void) {
   pthread_mutex_unlock(&region_lock);
+  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_unlock(&hak_tls_heap->lock);
   pthread_mutex_unlock(&heaps_lock);
 }
 
 static void fork_child(void) {
   pthread_mutex_init(&region_lock, NULL);
+  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_init(&hak_tls_heap->lock, NULL);
   pthread_mutex_init(&heaps_lock, NULL);
   heap_atfork_child();
+  purge_thread_atfork_child();
 }
 
 static uintptr_t random_word(void) {

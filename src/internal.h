@@ -34,6 +34,8 @@ bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or rea
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
+bool os_thread_asleep(int tid, uint64_t *mark); /* asleep in the kernel; mark: its CPU time */
+int os_thread_id(void);
 
 /* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
 typedef struct hak_options {
@@ -41,8 +43,19 @@ typedef struct hak_options {
   long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
   bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
   bool stats;           /* HAKMEM_STATS: print a report at exit */
+  bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
+  bool background_fails; /* tests: creating it fails */
 } hak_options_t;
 extern hak_options_t hak_opt;
+/* How often a heap looks at its full slabs and the purge clock, at most. */
+#define DEFERRED_PERIOD_MS 10
+/* The purge delay, but no shorter than a deferred period: how often the per-delay work
+ * (purging inside free blocks, the idle-heap scan) runs, and how long a heap must go
+ * without deferred work to count as idle. Purging off (< 0) is for callers to check. */
+hak_inline uint64_t purge_period_ms(void) {
+  return (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS ? hak_opt.purge_delay_ms
+                                                                 : DEFERRED_PERIOD_MS);
+}
 void options_init(void);
 
 /* ---- size_class.c -------------------------------------------------------------- */
@@ -187,6 +200,15 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
 bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age);
 void region_purge_around(hak_region_t *r, size_t at, size_t need);
 void region_map_unmap(uintptr_t base, size_t map_size); /* a huge mapping goes */
+/* The purge thread's two steps (see region.c). */
+typedef struct region_run {
+  hak_region_t *region;
+  uint32_t first, units;
+} region_run_t;
+size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max,
+                       hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more);
+void region_return_purged(const region_run_t *runs, size_t n);
+void region_unmap_detached(hak_region_t *r);
 
 /* ---- purge.c: what free memory stays resident, and when it goes back ------------- */
 /* Freed huge mappings of up to HUGE_KEEP_MAX are kept for reuse in HUGE_KEEP_SLOTS. */
@@ -205,6 +227,11 @@ void purge_to_budget(void);
 bool purge_budget_allows(size_t bytes); /* may `bytes` more free memory stay resident? */
 void purge_schedule(uint64_t due_ms);   /* a time by which the purge pass must run */
 void purge_note_huge(ptrdiff_t in_use); /* a huge block's bytes in use changed by this */
+size_t purge_pass_background(uint64_t now_ms); /* purge_pass without a syscall under the lock */
+void purge_wait(uint64_t max_ms); /* until the pass is due, or max_ms; the purge thread's */
+extern _Atomic bool purge_napping;  /* the purge thread sleeps long: wake it on activity */
+void purge_wake(void);
+void purge_atfork_child(void);
 /* Keeps a freed huge mapping if the delay and budget allow (false: unmap it); a kept one
  * it had to drop comes back in *evicted_*, for the caller to unmap. */
 bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t now,
@@ -218,6 +245,7 @@ bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none le
 uint32_t slab_collect_slow(hak_slab_t *s);
 bool slab_has_stale(const hak_slab_t *s); /* written pages past the carved blocks, enough to purge */
 size_t slab_trim_stale(hak_slab_t *s);    /* purge them */
+size_t slab_uncarve(hak_slab_t *s);       /* none out: drop the carving; bytes to purge */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
 extern _Atomic bool slab_remote_seen; /* has any thread ever freed into another's slab? */
 hak_inline bool slab_has_remote(hak_slab_t *s) {
@@ -395,17 +423,18 @@ void heap_abandon(hak_heap_t *h); /* thread exit */
 void heap_atfork_child(void);
 
 /* ---- deferred.c: a heap's periodic work, and trimming --------------------------- */
-/* How often a heap looks at its full slabs and the purge clock, at most. */
-#define DEFERRED_PERIOD_MS 10
-/* The purge delay, but no shorter than a deferred period: how often the per-delay work
- * (purging inside free blocks, the idle-heap scan) runs, and how long a heap must go
- * without deferred work to count as idle. Purging off (< 0) is for callers to check. */
-hak_inline uint64_t purge_period_ms(void) {
-  return (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS ? hak_opt.purge_delay_ms
-                                                                 : DEFERRED_PERIOD_MS);
-}
 void heap_deferred_if_due(hak_heap_t *h); /* on a path slow enough to read the clock */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim: returns bytes given back */
+/* The purge thread's work on an idle heap (heaps_lock and h->lock held): old cached
+ * spans go, pending chains are pushed and heads with no block out uncarved, if the owner
+ * is provably asleep; returns the uncarved slabs (in *uncarved, at most NUM_CLASSES),
+ * whose pages the caller purges before it lets go of h->lock. */
+size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved);
+
+/* ---- purge_thread.c: memory goes back when the program goes quiet -------------- */
+void purge_thread_poke(void); /* from a slow path with no lock held: start it if wanted */
+uint64_t purge_thread_started(void);
+void purge_thread_atfork_child(void);
 
 /* ---- heap.c: the malloc slow path ------------------------------------------------ */
 void *heap_malloc_slow(size_t n); /* everything the fast path does not finish */

@@ -26,7 +26,12 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   size_t units = round_up((n ? n : 1) + slack, UNIT_SIZE) >> UNIT_SHIFT;
   hak_heap_t *h = hak_tls_heap;
   /* A cached span up to a quarter bigger is as good as a new one, and needs no lock. */
-  hak_slab_t *s = h != &hak_heap_empty ? span_cache_take(h, units, units + units / 4) : NULL;
+  hak_slab_t *s = NULL;
+  if (h != &hak_heap_empty) { /* the purge thread may flush the cache of an idle heap */
+    pthread_mutex_lock(&h->lock);
+    s = span_cache_take(h, units, units + units / 4);
+    pthread_mutex_unlock(&h->lock);
+  }
   if (s == NULL) {
     pthread_mutex_lock(&region_lock);
     s = span_alloc(units);
@@ -73,7 +78,10 @@ void large_free(hak_slab_t *s, void *p) {
   atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,
                             memory_order_relaxed);
   /* Any thread may keep a free span: it belongs to no heap until reused. */
-  span_cache_put(hak_tls_heap, s, os_now_ms());
+  hak_heap_t *h = hak_tls_heap;
+  if (h != &hak_heap_empty) pthread_mutex_lock(&h->lock);
+  span_cache_put(h, s, os_now_ms());
+  if (h != &hak_heap_empty) pthread_mutex_unlock(&h->lock);
 }
 
 size_t large_usable(const hak_slab_t *s, const void *p) {

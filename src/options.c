@@ -14,6 +14,7 @@ hak_options_t hak_opt = {
     .region_cache = 2,
     .thp = false,
     .stats = false,
+    .background = true,
 };
 
 /* Warnings are written with write(2): this runs inside the allocator's own start-up. */
@@ -61,8 +62,8 @@ static void read_bool(const char *name, bool *out) {
 /* A HAKMEM_ name that is none of ours is reported too: a misspelt one, such as
  * HAKMEM_PURGE_DELAY=0, would otherwise be a setting that silently does nothing. */
 static const char *const option_names[] = {"HAKMEM_PURGE_DELAY_MS", "HAKMEM_REGION_CACHE",
-                                           "HAKMEM_THP", "HAKMEM_STATS"};
-enum { OPT_PURGE_DELAY_MS, OPT_REGION_CACHE, OPT_THP, OPT_STATS,
+                                           "HAKMEM_THP", "HAKMEM_STATS", "HAKMEM_BACKGROUND"};
+enum { OPT_PURGE_DELAY_MS, OPT_REGION_CACHE, OPT_THP, OPT_STATS, OPT_BACKGROUND,
        OPTION_COUNT = sizeof option_names / sizeof option_names[0] };
 
 static bool known_option(const char *entry, size_t len) {
@@ -98,5 +99,9 @@ void options_init(void) {
     hak_opt.region_cache = x;
   read_bool(option_names[OPT_THP], &hak_opt.thp);
   read_bool(option_names[OPT_STATS], &hak_opt.stats);
+  /* `test-fail`: for the tests only, the purge thread is on but cannot be created. */
+  const char *bg = option_value(option_names[OPT_BACKGROUND]);
+  if (bg != NULL && strcmp(bg, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;
+  else read_bool(option_names[OPT_BACKGROUND], &hak_opt.background);
   errno = saved_errno;
 }

@@ -4,6 +4,9 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -123,6 +126,49 @@ uint64_t os_now_ms(void) {
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
+
+/* Reads a small /proc file whole, with no allocation; 0 on failure. */
+static size_t read_proc(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  return (size_t)n;
+}
+
+static char *put_decimal(char *at, unsigned long v) {
+  char tmp[24];
+  int n = 0;
+  do tmp[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  while (n > 0) *at++ = tmp[--n];
+  return at;
+}
+
+/* Is thread tid of this process asleep in the kernel (state S)? *mark gets the CPU time
+ * it has run so far: the same mark, still asleep, later means it ran no instruction in
+ * between. Its time is read before its state, so that a thread that was running when
+ * the time was read (and so had its latest run not yet counted) is seen running. */
+bool os_thread_asleep(int tid, uint64_t *mark) {
+  char path[64], buf[512];
+  char *end = put_decimal(path + sizeof "/proc/self/task/" - 1,
+                          (unsigned long)tid);
+  memcpy(path, "/proc/self/task/", sizeof "/proc/self/task/" - 1);
+  memcpy(end, "/schedstat", sizeof "/schedstat");
+  if (read_proc(path, buf, sizeof buf) == 0) return false;
+  uint64_t ran = 0;
+  for (const char *c = buf; *c >= '0' && *c <= '9'; c++) ran = ran * 10 + (uint64_t)(*c - '0');
+  memcpy(end, "/stat", sizeof "/stat");
+  if (read_proc(path, buf, sizeof buf) == 0) return false;
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  if (paren == NULL || paren[1] != ' ' || paren[2] != 'S') return false;
+  *mark = ran;
+  return true;
+}
+
+int os_thread_id(void) { return (int)syscall(SYS_gettid); }
 
 struct timespec os_monotonic_after(long ns) {
   struct timespec t;

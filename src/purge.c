@@ -57,8 +57,54 @@ static size_t dirty_budget(void) {
 
 bool purge_budget_allows(size_t bytes) { return kept_bytes() + bytes <= dirty_budget(); }
 
+/* The purge thread (purge_thread.c) sleeps here, on region_lock, until the pass is due;
+ * a purge scheduled sooner than it planned to wake wakes it. */
+static pthread_cond_t purge_cond = PTHREAD_COND_INITIALIZER;
+static bool purge_waiting;
+static uint64_t purge_wake_ms;
+/* Set while the purge thread backs off (sleeps longer than the purge period): the next
+ * sign of activity (a refill, a batch of cross-thread frees) wakes it early. */
+_Atomic bool purge_napping;
+
+/* Never blocks: a thread that is busy elsewhere under region_lock will be seen by the
+ * purge thread soon anyway. (A thread must not sleep in the kernel while its heap is
+ * half updated: see heap_trim_idle_locked.) */
+void purge_wake(void) {
+  if (!atomic_load_explicit(&purge_napping, memory_order_relaxed)) return;
+  if (pthread_mutex_trylock(&region_lock) != 0) return; /* the next sign will do */
+  if (purge_waiting && atomic_exchange_explicit(&purge_napping, false, memory_order_relaxed))
+    pthread_cond_signal(&purge_cond);
+  pthread_mutex_unlock(&region_lock);
+}
+
 void purge_schedule(uint64_t due_ms) {
   if (next_purge_ms == 0 || due_ms < next_purge_ms) next_purge_ms = due_ms;
+  if (purge_waiting && due_ms < purge_wake_ms) {
+    purge_wake_ms = due_ms;
+    pthread_cond_signal(&purge_cond);
+  }
+}
+
+void purge_wait(uint64_t max_ms) {
+  pthread_mutex_lock(&region_lock);
+  uint64_t now = os_now_ms(), until = now + max_ms;
+  if (next_purge_ms != 0 && next_purge_ms < until) until = next_purge_ms;
+  if (until > now) {
+    struct timespec deadline = os_monotonic_after((long)(until - now) * 1000000L);
+    purge_waiting = true;
+    purge_wake_ms = until;
+    if (max_ms > purge_period_ms()) atomic_store_explicit(&purge_napping, true, memory_order_relaxed);
+    pthread_cond_clockwait(&purge_cond, &region_lock, CLOCK_MONOTONIC, &deadline);
+    atomic_store_explicit(&purge_napping, false, memory_order_relaxed);
+    purge_waiting = false;
+  }
+  pthread_mutex_unlock(&region_lock);
+}
+
+void purge_atfork_child(void) {
+  pthread_cond_init(&purge_cond, NULL);
+  purge_waiting = false;
+  atomic_store_explicit(&purge_napping, false, memory_order_relaxed);
 }
 
 /* ---- freed huge mappings kept for reuse ------------------------------------------
@@ -117,9 +163,10 @@ uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align) {
   return 0;
 }
 
-/* Unmaps kept huge blocks freed delay_ms ago or more; later ones lower *next_due. */
-static size_t kept_purge_due(uint64_t now_ms, long delay_ms, uint64_t *next_due) {
-  size_t purged = 0;
+/* Takes the kept huge blocks freed delay_ms ago or more into out[] (for the caller to
+ * unmap); later ones lower *next_due. */
+static uint32_t kept_take_due(uint64_t now_ms, long delay_ms, uint64_t *next_due, huge_kept_t *out) {
+  uint32_t n = 0;
   for (uint32_t i = 0; i < huge_kept_count;) {
     uint64_t due = huge_kept[i].freed_ms + (uint64_t)delay_ms;
     if (now_ms < due) {
@@ -127,9 +174,18 @@ static size_t kept_purge_due(uint64_t now_ms, long delay_ms, uint64_t *next_due)
       i++;
       continue;
     }
-    huge_kept_t k = kept_take(i);
-    region_map_unmap(k.base, k.map_size);
-    purged += k.resident;
+    out[n++] = kept_take(i);
+  }
+  return n;
+}
+
+static size_t kept_purge_due(uint64_t now_ms, long delay_ms, uint64_t *next_due) {
+  huge_kept_t due[HUGE_KEEP_SLOTS];
+  uint32_t n = kept_take_due(now_ms, delay_ms, next_due, due);
+  size_t purged = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    region_map_unmap(due[i].base, due[i].map_size);
+    purged += due[i].resident;
   }
   return purged;
 }
@@ -185,6 +241,49 @@ size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
   next_purge_ms = next_due;
   peak_window_tick(now_ms);
   return purged;
+}
+
+/* The purge thread's pass: the same as purge_pass, but region_lock is never held across
+ * a syscall, so that no malloc waits for the kernel's freeing of pages: the due memory
+ * is taken out of reach under the lock, purged or unmapped without it, and given back
+ * as clean free units. Returns the bytes given back. */
+#define BACKGROUND_BATCH 64
+size_t purge_pass_background(uint64_t now_ms) {
+  long delay = hak_opt.purge_delay_ms;
+  if (delay < 0) return 0;
+  size_t purged = 0;
+  for (bool first = true;; first = false) {
+    region_run_t runs[BACKGROUND_BATCH];
+    hak_region_t *gone[BACKGROUND_BATCH];
+    huge_kept_t huge[HUGE_KEEP_SLOTS];
+    size_t n_gone = 0;
+    uint64_t next_due = 0;
+    bool more;
+    pthread_mutex_lock(&region_lock);
+    if (first && delay > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) {
+      pthread_mutex_unlock(&region_lock);
+      return 0;
+    }
+    clock_ms = (uint32_t)now_ms;
+    size_t n = region_take_due(now_ms, delay, runs, BACKGROUND_BATCH, gone, &n_gone, &next_due, &more);
+    uint32_t n_huge = kept_take_due(now_ms, delay, &next_due, huge);
+    if (!more) next_purge_ms = next_due;
+    peak_window_tick(now_ms);
+    pthread_mutex_unlock(&region_lock);
+    if (n + n_gone + n_huge == 0) return purged;
+    for (size_t i = 0; i < n; i++) {
+      os_purge((char *)runs[i].region + (size_t)runs[i].first * UNIT_SIZE, (size_t)runs[i].units * UNIT_SIZE);
+      purged += (size_t)runs[i].units * UNIT_SIZE;
+    }
+    for (size_t i = 0; i < n_gone; i++) region_unmap_detached(gone[i]);
+    for (uint32_t i = 0; i < n_huge; i++) {
+      region_map_unmap(huge[i].base, huge[i].map_size);
+      purged += huge[i].resident;
+    }
+    pthread_mutex_lock(&region_lock);
+    region_return_purged(runs, n);
+    pthread_mutex_unlock(&region_lock);
+  }
 }
 
 /* ---- spans, with the budget kept -------------------------------------------------- */

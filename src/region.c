@@ -153,7 +153,9 @@ static hak_region_t *region_create(void) {
   return r;
 }
 
-static void region_destroy(hak_region_t *r) {
+/* An empty region leaves every list and map; nothing can reach it any more, and the
+ * caller unmaps it (region_unmap_detached), with or without region_lock. */
+static void region_detach(hak_region_t *r) {
   if (r->prev) r->prev->next = r->next;
   else regions = r->next;
   if (r->next) r->next->prev = r->prev;
@@ -162,10 +164,16 @@ static void region_destroy(hak_region_t *r) {
   size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
   slab_map_remove_region(r);
-  os_unmap(r, REGION_SIZE);
   atomic_fetch_sub_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
+}
+
+void region_unmap_detached(hak_region_t *r) { os_unmap(r, REGION_SIZE); }
+
+static void region_destroy(hak_region_t *r) {
+  region_detach(r);
+  region_unmap_detached(r);
 }
 
 /* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
@@ -268,6 +276,27 @@ static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms
   return true;
 }
 
+/* From unit *u on, the next run of resident free units freed delay_ms ago or more: its
+ * length, with *u at its start (0: none left in r). Units not due yet lower *next_due. */
+static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, long delay_ms,
+                           uint64_t *next_due) {
+  for (size_t a = *u; r->dirty_free_units > 0 && a < UNITS_PER_REGION; a++) {
+    if (!bit_get(r->free_bits, a) || !bit_get(r->dirty_bits, a)) continue;
+    size_t run = 0;
+    while (a + run < UNITS_PER_REGION && bit_get(r->free_bits, a + run) &&
+           bit_get(r->dirty_bits, a + run) &&
+           (uint32_t)now_ms - r->freed_ms[a + run] >= (uint32_t)delay_ms)
+      run++;
+    if (run != 0) {
+      *u = a;
+      return run;
+    }
+    uint64_t due = now_ms + (uint32_t)delay_ms - ((uint32_t)now_ms - r->freed_ms[a]);
+    if (*next_due == 0 || due < *next_due) *next_due = due;
+  }
+  return 0;
+}
+
 size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due) {
   size_t purged = 0;
   hak_region_t *r = regions;
@@ -283,27 +312,72 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
       r = next;
       continue;
     }
-    for (size_t u = 1; r->dirty_free_units > 0 && u < UNITS_PER_REGION;) {
-      if (!bit_get(r->free_bits, u) || !bit_get(r->dirty_bits, u)) { u++; continue; }
-      size_t run = 0;
-      while (u + run < UNITS_PER_REGION && bit_get(r->free_bits, u + run) &&
-             bit_get(r->dirty_bits, u + run) &&
-             (uint32_t)now_ms - r->freed_ms[u + run] >= (uint32_t)delay_ms)
-        run++;
-      if (run == 0) { /* not due yet */
-        uint64_t due = now_ms + (uint32_t)delay_ms - ((uint32_t)now_ms - r->freed_ms[u]);
-        if (*next_due == 0 || due < *next_due) *next_due = due;
-        u++;
-        continue;
-      }
+    for (size_t u = 1, run; (run = next_due_run(r, &u, now_ms, delay_ms, next_due)) != 0; u += run) {
       purge_units(r, u, run);
       purged += run * UNIT_SIZE;
-      u += run;
     }
     region_release_if_spare(r);
     r = next;
   }
   return purged;
+}
+
+/* The purge pass of the purge thread, in two steps so that no syscall runs under
+ * region_lock: region_take_due takes the due runs of resident free units out of the
+ * free units (neither free nor in a span, so nothing can allocate them while their
+ * pages go) and detaches the empty regions beyond the cache whose pages are all due;
+ * the caller then purges and unmaps them without the lock, and region_return_purged
+ * gives the runs back as clean free units. Returns the runs taken; *more: there were
+ * more than `max` (call again). */
+size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max,
+                       hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more) {
+  size_t n = 0, g = 0;
+  *more = false;
+  hak_region_t *r = regions;
+  while (r != NULL) {
+    hak_region_t *next = r->next;
+    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    if (empty && empty_regions > (size_t)hak_opt.region_cache && region_all_due(r, now_ms, delay_ms)) {
+      if (g == max) {
+        *more = true;
+        break;
+      }
+      region_detach(r);
+      gone[g++] = r;
+      r = next;
+      continue;
+    }
+    for (size_t u = 1, run; (run = next_due_run(r, &u, now_ms, delay_ms, next_due)) != 0; u += run) {
+      if (n == max) {
+        *more = true;
+        *gone_count = g;
+        return n;
+      }
+      if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
+      bits_set_range(r->free_bits, u, run, false);
+      r->free_units -= (uint32_t)run;
+      runs[n++] = (region_run_t){r, (uint32_t)u, (uint32_t)run};
+    }
+    r = next;
+  }
+  *gone_count = g;
+  return n;
+}
+
+void region_return_purged(const region_run_t *runs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    hak_region_t *r = runs[i].region;
+    size_t from = runs[i].first, units = runs[i].units;
+    bits_set_range(r->dirty_bits, from, units, false);
+    memset(&r->touched_pages[from], 0, units);
+    r->dirty_free_units -= (uint32_t)units;
+    region_dirty_units -= units;
+    bits_set_range(r->free_bits, from, units, true);
+    r->free_units += (uint32_t)units;
+    if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+    atomic_fetch_sub_explicit(&hak_gstats.committed_est, units * UNIT_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_gstats.purged_bytes, units * UNIT_SIZE, memory_order_relaxed);
+  }
 }
 
 /* The resident free unit freed longest ago (age measured at clock_ms), or false. */

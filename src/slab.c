@@ -9,6 +9,18 @@ _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   hak_fatal_at("corrupted free list (write after free?) at", link);
 }
 
+/* A slab with no block out forgets its carving: its pages can go back to the OS (the
+ * caller purges the bytes returned), and the next refill carves it again. */
+size_t slab_uncarve(hak_slab_t *s) {
+  size_t bytes = (size_t)s->units * UNIT_SIZE;
+  s->free = s->local_free = NULL;
+  s->capacity = 0;
+  s->aux = 0;
+  s->touched = 0;
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, bytes, memory_order_relaxed);
+  return bytes;
+}
+
 /* Stale pages of a reused span fewer than this are left for carving to reuse. */
 #define STALE_PURGE_MIN 16384
 

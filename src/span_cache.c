@@ -1,5 +1,6 @@
 /* A heap's span cache: the last few spans it freed (emptied slabs, large blocks), kept
- * for its next slab or large block so that steady churn never takes region_lock.
+ * for its next slab or large block so that steady churn never takes region_lock. The
+ * heap's lock covers it (the purge thread flushes idle heaps' caches).
  * Bounded in count and units; spans older than the purge delay go back to their
  * region on deferred work, where purging finds them. */
 #include "internal.h"

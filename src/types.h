@@ -66,6 +66,13 @@
 #ifndef HAKMEM_SECURE
 #define HAKMEM_SECURE 0
 #endif
+/* ThreadSanitizer builds leave out what only the kernel's view of a thread makes safe
+ * (the purge thread's fencing of an idle heap): TSan cannot see that order. */
+#if defined(__SANITIZE_THREAD__)
+#define HAKMEM_TSAN 1
+#else
+#define HAKMEM_TSAN 0
+#endif
 /* Hardened small blocks end in canary bytes and an encoded size word. */
 #define SECURE_TAIL (HAKMEM_SECURE ? 16 : 0)
 #define QUARANTINE_SLOTS (HAKMEM_SECURE ? 256 : 1)
@@ -240,6 +247,10 @@ typedef struct hak_heap {
   /* A new thread waited for it to be parked in vain (heap_take_parked), or it is the
    * main thread's (heap_mark_main); under heaps_lock, like the parked list. */
   bool hint_wait_failed;
+  /* The owning thread's id, 0 while parked (the purge thread's idle trim asks the kernel
+   * whether that thread is asleep); and the last purge-thread pass that looked at it. */
+  int32_t tid;
+  uint32_t trim_pass;
   /* Held by the owner on every slow path that changes its lists, and by another thread
    * taking an idle heap's freed slabs back (see heap_reclaim_idle). */
   pthread_mutex_t lock;

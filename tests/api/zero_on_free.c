@@ -5,8 +5,9 @@
  * It reads freed memory on purpose, only where the hardened build keeps it mapped:
  * small and mid blocks sit in the freeing thread's quarantine, large spans stay in their
  * region (their guard pages are lifted at free), and a huge block in a mapping of up to
- * 64 MiB is kept mapped for reuse (with the default purge delay and a budget of at least
- * 8 MiB, its one resident page always fits). The first 16 bytes of a small block hold
+ * 64 MiB is kept mapped for reuse (for the purge delay, which the test sets to a minute,
+ * since the purge thread unmaps it after that; its one resident page always fits the
+ * budget). The first 16 bytes of a small block hold
  * its free-list link and tag. */
 #include "test_util.h"
 

@@ -1,0 +1,153 @@
+/* The purge thread: gives memory back when the program goes quiet.
+ *
+ * Everything else in hakmem returns memory on slow paths the program takes anyway; a
+ * program that stops calling the allocator (a server waiting in epoll_wait, a batch tool
+ * between phases) would keep what it freed. So once hakmem has committed
+ * PURGE_THREAD_START_BYTES, a thread of its own sleeps until the purge pass is due (or
+ * the purge period has passed), runs the pass without holding region_lock across a
+ * syscall, dissolves parked heaps, takes back idle heaps' freed slabs and trims idle
+ * heaps (heap_trim_idle_locked), and sleeps again, longer while there is nothing to do.
+ * Once committed memory is below the threshold at two passes in a row, it ends.
+ *
+ * It is started from a malloc slow path with no hakmem lock held, never recursively
+ * (pthread_create's own allocations find the state STARTING), never in a vfork child
+ * (whose process id is not ours), with every signal blocked so that the program's
+ * handlers never run on it, and not at all with HAKMEM_BACKGROUND=0, a purge delay of
+ * 0 or -1. If it cannot be created, the slow paths go on purging as before, and another
+ * try waits PURGE_THREAD_RETRY_MS. A forked child starts its own when it needs one. */
+
+#include "internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#define PURGE_THREAD_START_BYTES ((size_t)8 << 20)
+#define PURGE_THREAD_MAX_SLEEP_MS 1000
+#define PURGE_THREAD_RETRY_MS 10000
+#define PURGE_THREAD_STACK ((size_t)128 << 10)
+
+enum { PT_NONE, PT_STARTING, PT_RUNNING, PT_FAILED };
+static _Atomic int pt_state;
+static _Atomic uint64_t pt_failed_ms;
+static _Atomic uint64_t pt_started; /* threads started, for the tests and the report */
+static int pt_pid;                  /* the process the thread belongs to */
+static uint32_t pt_pass;            /* under heaps_lock */
+
+static size_t committed_now(void) {
+  return atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) +
+         atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
+}
+
+/* Idle heaps, one at a time: each is trimmed under heaps_lock and its own lock, and its
+ * uncarved heads are purged after heaps_lock is let go, still under its lock. */
+static size_t trim_idle_heaps(uint64_t now) {
+  size_t done = 0;
+  hak_slab_t *uncarved[NUM_CLASSES];
+  pthread_mutex_lock(&heaps_lock);
+  uint32_t pass = ++pt_pass;
+  pthread_mutex_unlock(&heaps_lock);
+  for (;;) {
+    pthread_mutex_lock(&heaps_lock);
+    hak_heap_t *h;
+    for (h = heaps_all; h != NULL; h = h->all_next) {
+      if (h->trim_pass == pass) continue;
+      h->trim_pass = pass;
+      if (pthread_mutex_trylock(&h->lock) != 0) continue;
+      if (h->next_deferred_ms + purge_period_ms() <= now) break; /* idle: no deferred work */
+      pthread_mutex_unlock(&h->lock);
+    }
+    if (h == NULL) {
+      pthread_mutex_unlock(&heaps_lock);
+      return done;
+    }
+    size_t n = heap_trim_idle_locked(h, now, uncarved);
+    pthread_mutex_unlock(&heaps_lock);
+    for (size_t i = 0; i < n; i++) {
+      size_t bytes = (size_t)uncarved[i]->units * UNIT_SIZE;
+      os_purge((void *)slab_base(uncarved[i]), bytes);
+      done += bytes;
+    }
+    pthread_mutex_unlock(&h->lock);
+  }
+}
+
+/* One pass; returns the bytes it gave back (or took from other heaps). */
+static size_t purge_thread_pass(uint64_t now) {
+  size_t done = trim_idle_heaps(now);
+  heap_dissolve_parked(now, false);
+  done += heap_reclaim_idle(NULL, now, false);
+  pthread_mutex_lock(&region_lock);
+  heap_sweep_abandoned_locked(now, false);
+  pthread_mutex_unlock(&region_lock);
+  return done + purge_pass_background(now);
+}
+
+static void *purge_thread_main(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "hakmem-purge");
+  /* Half a period while it finds work: memory that other threads' frees emptied in an
+   * idle heap is taken back within half a period, and purged a delay later. */
+  uint64_t period = purge_period_ms() / 2, sleep_ms = period;
+  for (int low = 0; low < 2;) {
+    purge_wait(sleep_ms);
+    size_t done = purge_thread_pass(os_now_ms());
+    /* Back off while there is nothing to do; a purge scheduled sooner wakes it. */
+    sleep_ms = done ? period : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS : sleep_ms * 2;
+    low = committed_now() < PURGE_THREAD_START_BYTES ? low + 1 : 0;
+  }
+  atomic_store_explicit(&pt_state, PT_NONE, memory_order_release);
+  return NULL;
+}
+
+static hak_noinline void purge_thread_start(void) {
+  int expect = atomic_load_explicit(&pt_state, memory_order_relaxed);
+  if (expect == PT_FAILED &&
+      os_now_ms() - atomic_load_explicit(&pt_failed_ms, memory_order_relaxed) < PURGE_THREAD_RETRY_MS)
+    return;
+  if (!atomic_compare_exchange_strong(&pt_state, &expect, PT_STARTING)) return;
+  if (pt_pid == 0) pt_pid = getpid();
+  if (getpid() != pt_pid) { /* a vfork child shares our memory: never a thread there */
+    atomic_store(&pt_state, expect);
+    return;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, PURGE_THREAD_STACK);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  int rc = hak_opt.background_fails ? EAGAIN : pthread_create(&thread, &attr, purge_thread_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc == 0) {
+    atomic_fetch_add_explicit(&pt_started, 1, memory_order_relaxed);
+    int starting = PT_STARTING; /* it may have ended already */
+    atomic_compare_exchange_strong(&pt_state, &starting, PT_RUNNING);
+  } else {
+    atomic_store_explicit(&pt_failed_ms, os_now_ms(), memory_order_relaxed);
+    atomic_store_explicit(&pt_state, PT_FAILED, memory_order_release);
+  }
+}
+
+void purge_thread_poke(void) {
+  int state = atomic_load_explicit(&pt_state, memory_order_relaxed);
+  if (hak_likely(state == PT_RUNNING || state == PT_STARTING)) {
+    if (hak_unlikely(atomic_load_explicit(&purge_napping, memory_order_relaxed))) purge_wake();
+    return;
+  }
+  if (!hak_opt.background || hak_opt.purge_delay_ms <= 0) return;
+  if (committed_now() < PURGE_THREAD_START_BYTES) return;
+  purge_thread_start();
+}
+
+uint64_t purge_thread_started(void) { return atomic_load_explicit(&pt_started, memory_order_relaxed); }
+
+/* The child of fork has no purge thread; it starts its own when it needs one. */
+void purge_thread_atfork_child(void) {
+  atomic_store_explicit(&pt_state, PT_NONE, memory_order_relaxed);
+  pt_pid = getpid();
+  purge_atfork_child();
+}
