@@ -102,7 +102,14 @@ bool os_protect(void *p, size_t size, bool accessible) {
 }
 
 void *os_reserve_readonly(size_t size) {
-  return map_anonymous_prot(size, PROT_READ, MAP_NORESERVE);
+  void *p = map_anonymous_prot(size, PROT_READ, MAP_NORESERVE);
+  /* Left out of core dumps: gdb's gcore would otherwise write all of it, zeros and all. */
+  if (p != NULL) {
+    int saved = errno;
+    madvise(p, size, MADV_DONTDUMP);
+    errno = saved;
+  }
+  return p;
 }
 
 bool os_set_writable(void *p, size_t size, bool writable) {

@@ -328,10 +328,13 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
  * pages go) and detaches the empty regions beyond the cache whose pages are all due;
  * the caller then purges and unmaps them without the lock, and region_return_purged
  * gives the runs back as clean free units. Returns the runs taken; *more: there were
- * more than `max` (call again). */
+ * more than `max`, or more than REGION_TAKE_UNITS units (call again): what the purge
+ * thread holds out of reach at once stays small, so that a slow path's purge pass,
+ * should the purge thread be slow to run, still finds the rest. */
+#define REGION_TAKE_UNITS 256
 size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max,
                        hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more) {
-  size_t n = 0, g = 0;
+  size_t n = 0, g = 0, taken = 0;
   *more = false;
   hak_region_t *r = regions;
   while (r != NULL) {
@@ -348,11 +351,13 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
       continue;
     }
     for (size_t u = 1, run; (run = next_due_run(r, &u, now_ms, delay_ms, next_due)) != 0; u += run) {
-      if (n == max) {
+      if (n == max || taken >= REGION_TAKE_UNITS) {
         *more = true;
         *gone_count = g;
         return n;
       }
+      if (run > REGION_TAKE_UNITS - taken) run = REGION_TAKE_UNITS - taken;
+      taken += run;
       if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
       bits_set_range(r->free_bits, u, run, false);
       r->free_units -= (uint32_t)run;
