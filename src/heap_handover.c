@@ -226,6 +226,7 @@ hak_heap_t *heap_get(void) {
     atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
   }
   hak_tls_heap = h;
+  atomic_fetch_add_explicit(&hak_gstats.threads_started, 1, memory_order_relaxed);
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
   if (hak_key_ready) pthread_setspecific(hak_thread_key, h);
   return h;
@@ -390,6 +391,7 @@ static void heap_dissolve(hak_heap_t *h, uint64_t now) {
 /* Thread exit: the heap is parked for the next thread, or dissolved. */
 void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
+  atomic_fetch_add_explicit(&hak_gstats.threads_exited, 1, memory_order_relaxed);
   heap_remote_flush(h);
   hak_tls_heap = &hak_heap_empty;
   uint64_t now = os_now_ms();
@@ -429,6 +431,9 @@ void heap_atfork_child(void) {
     heap_mark_main(mine); /* this thread is the child's main thread */
   }
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
+  /* The child's one thread is alive; the others are gone without exiting. */
+  atomic_store_explicit(&hak_gstats.threads_started,
+                        atomic_load(&hak_gstats.threads_exited) + (heaps_all != NULL), memory_order_relaxed);
   heaps_parked_count = 0;
   /* Threads waiting for a heap to be parked are gone with the rest. */
   heaps_park_waiters = 0;

@@ -34,6 +34,8 @@ bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or rea
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
+/* Every os_purge: the madvise(MADV_DONTNEED) calls and the bytes they covered (relaxed). */
+extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 
 /* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
 typedef struct hak_options {
@@ -41,6 +43,7 @@ typedef struct hak_options {
   long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
   bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
   bool stats;           /* HAKMEM_STATS: print a report at exit */
+  bool stats_json;      /* HAKMEM_STATS=json: the report at exit in JSON (ctl.c) */
 } hak_options_t;
 extern hak_options_t hak_opt;
 void options_init(void);
@@ -91,12 +94,19 @@ typedef struct hak_global_stats {
   _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
       slabs_adopted, slabs_reclaimed_idle;
   _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
+  _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
+  _Atomic uint64_t purge_passes;      /* timed purge passes that ran (region_purge_due) */
+  _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 extern uintptr_t hak_cookie;   /* random per process (init.c) */
 extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
 extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
 void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
+/* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */
+#define REMOTE_COUNTER_SHARDS 16
+typedef struct { _Alignas(64) _Atomic uint64_t pushes, blocks; } hak_remote_counter_t;
+extern hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
 
 /* ---- foreign.c: pointers that are not ours ------------------------------------ */
 /* A pointer not in any region: NULL, a libc block, or garbage. */
@@ -433,12 +443,27 @@ void *secure_malloc(size_t n);
 void *secure_calloc(size_t n); /* n <= MID_MAX */
 void secure_quarantine_flush(hak_heap_t *h, bool check);
 
+/* ---- checkers.c: valgrind's memcheck and the sanitizers (declared in checkers.h) -- */
+#include "checkers.h"
+
 /* ---- alloc.c -------------------------------------------------------------------- */
 size_t block_usable_size(void *p, const char *fn);
 
 /* ---- stats.c: the report, read on demand ------------------------------------------ */
+/* Live blocks and slabs of classes [first, end) (the rest stay zero), walking every heap
+ * and the abandoned lists: a snapshot, as other threads keep allocating. */
+typedef struct stats_walk {
+  uint64_t live[NUM_CLASSES], slabs[NUM_CLASSES];
+} stats_walk_t;
+void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end);
+uint64_t stats_remote_total(bool blocks); /* the shards summed: pushes, or blocks */
 void stats_print(FILE *out);
 struct mallinfo2 hak_mallinfo2(void);
+
+/* ---- ctl.c: figures and options by name ------------------------------------------ */
+void ctl_ensure_init(void); /* the figures need the process set up */
+/* Entry `index` of the table of names (hak_ctl_describe), for class cls. */
+uint64_t ctl_value(size_t index, uint32_t cls, const stats_walk_t *w);
 
 /* ---- init.c ---------------------------------------------------------------------- */
 void hak_process_init(void);

@@ -97,6 +97,8 @@ void options_init(void) {
   if (read_long(option_names[OPT_REGION_CACHE], 0, "a count of regions, 0 or more", &x))
     hak_opt.region_cache = x;
   read_bool(option_names[OPT_THP], &hak_opt.thp);
-  read_bool(option_names[OPT_STATS], &hak_opt.stats);
+  const char *stats = option_value(option_names[OPT_STATS]);
+  if (stats != NULL && strcasecmp(stats, "json") == 0) hak_opt.stats_json = true; /* ctl.c */
+  else read_bool(option_names[OPT_STATS], &hak_opt.stats);
   errno = saved_errno;
 }
