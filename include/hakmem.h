@@ -13,6 +13,7 @@
 #define HAKMEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -70,6 +71,51 @@ typedef struct hak_info {
   size_t released;      /* bytes returned to the OS so far (purges and unmaps) */
 } hak_info_t;
 HAK_API void hak_get_info(hak_info_t *info);
+
+/* ---- Statistics and control by name ----------------------------------------------
+ * Every figure of the statistics report, and every option in force, has a stable dotted
+ * name: "total.in_use", "tier.large.live_bytes", "class.5.live_blocks",
+ * "remote.pushes", "purge.madvise_calls", "threads.alive", "opt.purge_delay_ms", ...
+ * (hak_ctl_describe lists them; so does the README's table). Every value is a 64-bit
+ * integer: an int64_t for a signed name (only opt.purge_delay_ms, whose -1 means
+ * "never"), a uint64_t for the others. A figure marked exact counts every event; an
+ * approximate one is a snapshot taken while other threads run, or an estimate.
+ *
+ * Errors are negative errno values, never a crash: -ENOENT for a name that does not
+ * exist, -EINVAL for a NULL argument, a length other than 8, a value out of range or
+ * the wrong type, -EPERM for a name that cannot change at run time, -ERANGE for a
+ * buffer too small. Reading a counter takes no lock; a per-class or total figure walks
+ * the heaps, holding each heap's lock for at most a few hundred slabs at a time. */
+
+/* Reads the figure `name` (not a signed one) into *value. 0 or a negative errno. */
+HAK_API int hak_stats_get(const char *name, uint64_t *value);
+/* Reads any name. out == NULL asks for the size: *len = 8. Otherwise *len must be 8;
+ * *out receives an int64_t or uint64_t (see the name's is_signed). */
+HAK_API int hak_ctl_get(const char *name, void *out, size_t *len);
+/* Changes an option at run time: len must be 8, *in an int64_t (signed names) or a
+ * uint64_t. Writable: opt.purge_delay_ms (-1, or 0 .. 2^31-1), opt.region_cache
+ * (0 .. 2^20), opt.stats (0 off, 1 text, 2 JSON at exit); the others give -EPERM. */
+HAK_API int hak_ctl_set(const char *name, const void *in, size_t len);
+/* The report in JSON (schema: README, "Monitoring and debugging"): to `out`, which
+ * stays open; 0, -EINVAL for a NULL stream, or -EIO if writing failed. */
+HAK_API int hak_stats_json(FILE *out);
+/* The same into buf, NUL-terminated. *needed (if not NULL) receives the bytes the whole
+ * report takes, the NUL included. Returns 0, or -ERANGE when it did not fit (buf then
+ * holds as much as fitted). buf may be NULL with len 0, to ask for the size only; the
+ * figures change between calls, so leave some room. */
+HAK_API int hak_stats_json_buf(char *buf, size_t len, size_t *needed);
+
+/* The table of names: entry i, or NULL past the last. A name with "<n>" stands for one
+ * per size class, <n> from 0 to the value of "build.class_count" - 1. */
+typedef struct hak_ctl_desc {
+  const char *name;  /* "total.in_use", "class.<n>.live_blocks", ... */
+  const char *unit;  /* "bytes", "blocks", "slabs", "calls", "threads", "ms", ... */
+  const char *doc;   /* what it is, in one line */
+  int is_signed;     /* 1: int64_t; 0: uint64_t */
+  int exact;         /* 1: exact; 0: approximate (a snapshot or an estimate) */
+  int writable;      /* 1: hak_ctl_set can change it */
+} hak_ctl_desc_t;
+HAK_API const hak_ctl_desc_t *hak_ctl_describe(size_t index);
 
 #ifdef __cplusplus
 }

@@ -7,9 +7,10 @@
 #include <errno.h>
 #include <string.h>
 
-hak_export void *hak_malloc(size_t n) { return fast_malloc(n); }
+/* Each hak_ entry point is HAK_CHECKED_ENTRY: under a checker, checkers.c's instead. */
+HAK_CHECKED_ENTRY(void *, hak_malloc, (size_t n)) { return fast_malloc(n); }
 
-hak_export void hak_free(void *p) { fast_free(p); }
+HAK_CHECKED_ENTRY(void, hak_free, (void *p)) { fast_free(p); }
 
 size_t block_usable_size(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
@@ -30,11 +31,11 @@ size_t block_usable_size(void *p, const char *fn) {
   }
 }
 
-hak_export size_t hak_malloc_usable_size(void *p) {
+HAK_CHECKED_ENTRY(size_t, hak_malloc_usable_size, (void *p)) {
   return block_usable_size(p, "malloc_usable_size");
 }
 
-hak_export void *hak_calloc(size_t count, size_t size) {
+HAK_CHECKED_ENTRY(void *, hak_calloc, (size_t count, size_t size)) {
   size_t total;
   if (hak_unlikely(__builtin_mul_overflow(count, size, &total))) {
     errno = ENOMEM;
@@ -68,7 +69,7 @@ static void *realloc_move(void *p, size_t old_usable, size_t n) {
   return q;
 }
 
-hak_export void *hak_realloc(void *p, size_t n) {
+HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
   if (p == NULL) return fast_malloc(n);
   if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
     block_usable_size(p, "realloc"); /* still report a bad pointer */
@@ -135,7 +136,7 @@ hak_export void *hak_realloc(void *p, size_t n) {
   }
 }
 
-hak_export void *hak_reallocarray(void *p, size_t count, size_t size) {
+HAK_CHECKED_ENTRY(void *, hak_reallocarray, (void *p, size_t count, size_t size)) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
     errno = ENOMEM;

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 hak_global_stats_t hak_gstats;
+hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
 
 /* Random per process, set once by init.c: the mark on pages given back inside big free
  * blocks, and the hardened build's key for free-list links and size words. */

@@ -227,6 +227,7 @@ hak_heap_t *heap_get(void) {
   }
   __atomic_store_n(&h->tid, os_thread_id(), __ATOMIC_RELAXED);
   hak_tls_heap = h;
+  atomic_fetch_add_explicit(&hak_gstats.threads_started, 1, memory_order_relaxed);
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
   if (hak_key_ready) pthread_setspecific(hak_thread_key, h);
   return h;
@@ -391,6 +392,7 @@ static void heap_dissolve(hak_heap_t *h, uint64_t now) {
 /* Thread exit: the heap is parked for the next thread, or dissolved. */
 void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
+  atomic_fetch_add_explicit(&hak_gstats.threads_exited, 1, memory_order_relaxed);
   heap_remote_flush(h);
   hak_tls_heap = &hak_heap_empty;
   __atomic_store_n(&h->tid, 0, __ATOMIC_RELAXED); /* no thread owns it any more */
@@ -432,6 +434,9 @@ void heap_atfork_child(void) {
     __atomic_store_n(&mine->tid, os_thread_id(), __ATOMIC_RELAXED);
   }
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
+  /* The child's one thread is alive; the others are gone without exiting. */
+  atomic_store_explicit(&hak_gstats.threads_started,
+                        atomic_load(&hak_gstats.threads_exited) + (heaps_all != NULL), memory_order_relaxed);
   heaps_parked_count = 0;
   /* Threads waiting for a heap to be parked are gone with the rest. */
   heaps_park_waiters = 0;

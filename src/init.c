@@ -62,6 +62,7 @@ void hak_process_init(void) {
     return;
   }
   atomic_store(&init_thread, me);
+  checkers_at_start(); /* before any call a sanitizer intercepts */
   options_init();
   size_class_init();
   hak_cookie = random_word();

@@ -36,6 +36,8 @@ uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
 bool os_thread_asleep(int tid, uint64_t *mark); /* asleep in the kernel; mark: its CPU time */
 int os_thread_id(void);
+/* Every os_purge: the madvise(MADV_DONTNEED) calls and the bytes they covered (relaxed). */
+extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 
 /* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
 typedef struct hak_options {
@@ -45,6 +47,7 @@ typedef struct hak_options {
   bool stats;           /* HAKMEM_STATS: print a report at exit */
   bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
   bool background_fails; /* tests: creating it fails */
+  bool stats_json;      /* HAKMEM_STATS=json: the report at exit in JSON (ctl.c) */
 } hak_options_t;
 extern hak_options_t hak_opt;
 /* How often a heap looks at its full slabs and the purge clock, at most. */
@@ -104,12 +107,19 @@ typedef struct hak_global_stats {
   _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
       slabs_adopted, slabs_reclaimed_idle;
   _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
+  _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
+  _Atomic uint64_t purge_passes;      /* timed purge passes that ran (region_purge_due) */
+  _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 extern uintptr_t hak_cookie;   /* random per process (init.c) */
 extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
 extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
 void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
+/* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */
+#define REMOTE_COUNTER_SHARDS 16
+typedef struct { _Alignas(64) _Atomic uint64_t pushes, blocks; } hak_remote_counter_t;
+extern hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
 
 /* ---- foreign.c: pointers that are not ours ------------------------------------ */
 /* A pointer not in any region: NULL, a libc block, or garbage. */
@@ -354,127 +364,11 @@ void large_free(hak_slab_t *s, void *p);
 size_t large_usable(const hak_slab_t *s, const void *p);
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */
 
-/* ---- heap_queue.c: a heap's class queues and their pinned heads ------------------ */
-extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
-extern hak_heap_t hak_heap_empty; /* every thread's heap until it has one */
-extern hak_slab_t hak_slab_empty;
-
-hak_inline void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
-  s->prev = NULL;
-  s->next = q->head;
-  if (q->head) q->head->prev = s;
-  else q->tail = s;
-  q->head = s;
-  q->count++;
-}
-hak_inline void queue_push_back(hak_slab_queue_t *q, hak_slab_t *s) {
-  s->next = NULL;
-  s->prev = q->tail;
-  if (q->tail) q->tail->next = s;
-  else q->head = s;
-  q->tail = s;
-  q->count++;
-}
-hak_inline void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
-  if (s->prev) s->prev->next = s->next;
-  else q->head = s->next;
-  if (s->next) s->next->prev = s->prev;
-  else q->tail = s->prev;
-  s->next = s->prev = NULL;
-  q->count--;
-}
-/* Drops the pin of class c (before the heap gives its slabs away). */
-hak_inline void heap_unpin(hak_heap_t *h, uint32_t c) {
-  if (h->pinned[c]) h->pinned[c]->used--;
-  h->pinned[c] = NULL;
-}
-void heap_head_changed(hak_heap_t *h, uint32_t c); /* after anything that may move a head */
-void heap_release_slab(hak_heap_t *h, hak_slab_t *s); /* an empty slab leaves the heap */
-void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back */
-
-/* ---- remote.c: frees into other threads' slabs, batched ------------------------ */
-void remote_chain_flush(struct hak_remote_chain *rc);
-void remote_chain_start(struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
-void heap_remote_flush(hak_heap_t *h); /* push every pending chain */
-hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
-  struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
-  if (hak_unlikely(rc->slab != s)) {
-    remote_chain_start(rc, s, b);
-    return;
-  }
-  block_set_next(b, rc->head);
-  rc->head = b;
-  if (++rc->count >= rc->limit) remote_chain_flush(rc);
-}
-
-/* ---- heap_handover.c: heaps as objects, thread exit, abandoned slabs ------------- */
-extern pthread_mutex_t heaps_lock;
-extern hak_heap_t *heaps_all;
-extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
-/* The heap of the last block this thread freed before it had a heap of its own. */
-extern __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
-hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
-void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
-hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
-void heap_sweep_abandoned_locked(uint64_t now, bool all);
-size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all);
-void heap_dissolve_parked(uint64_t now, bool all);
-void heap_abandon(hak_heap_t *h); /* thread exit */
-void heap_atfork_child(void);
-
-/* ---- deferred.c: a heap's periodic work, and trimming --------------------------- */
-void heap_deferred_if_due(hak_heap_t *h); /* on a path slow enough to read the clock */
-size_t heap_collect(hak_heap_t *h, bool release_all); /* trim: returns bytes given back */
-/* The purge thread's work on an idle heap (heaps_lock and h->lock held): old cached
- * spans go, pending chains are pushed and heads with no block out uncarved, if the owner
- * is provably asleep; returns the uncarved slabs (in *uncarved, at most NUM_CLASSES),
- * whose pages the caller purges before it lets go of h->lock. */
-size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved);
-
-/* ---- purge_thread.c: memory goes back when the program goes quiet -------------- */
-void purge_thread_poke(void); /* from a slow path with no lock held: start it if wanted */
-uint64_t purge_thread_started(void);
-void purge_thread_atfork_child(void);
-
-/* ---- heap.c: the malloc slow path ------------------------------------------------ */
-void *heap_malloc_slow(size_t n); /* everything the fast path does not finish */
-/* Class c's queue head ran dry (aligned and mid sizes): the owner's own frees, or a
- * refill on the slow path, which also runs deferred work when it is due. */
-void *heap_alloc_class_refill(uint32_t c);
-void *heap_alloc_class(hak_heap_t *h, uint32_t c);
-
-/* ---- free.c: free() past the fast path, and every bad-pointer report ------------- */
-void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
-void heap_free_slow(void *p, hak_slab_t *s);
-void free_unmapped(void *p); /* a pointer the slab map has no slab for */
-void free_outside_regions(void *p, const char *fn);
-uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
-hak_slab_t *region_block_checked(void *p, const char *fn); /* aborts if not a live block */
-_Noreturn void report_not_live(void *p, const char *fn);
-
-/* ---- secure.c: the hardened build's malloc and free ----------------------------- */
-void secure_init(void); /* after hak_list_key is set */
-void *secure_arm(void *p, size_t n); /* writes canary and size word; returns p */
-void secure_free(void *p);
-size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
-void *secure_malloc_zero(void);
-void *secure_malloc(size_t n);
-void *secure_calloc(size_t n); /* n <= MID_MAX */
-void secure_quarantine_flush(hak_heap_t *h, bool check);
-
-/* ---- alloc.c -------------------------------------------------------------------- */
-size_t block_usable_size(void *p, const char *fn);
-
-/* ---- stats.c: the report, read on demand ------------------------------------------ */
-void stats_print(FILE *out);
-struct mallinfo2 hak_mallinfo2(void);
-
-/* ---- init.c ---------------------------------------------------------------------- */
-void hak_process_init(void);
-extern pthread_key_t hak_thread_key;
-extern bool hak_key_ready;
-
 #pragma GCC visibility pop
+
+/* The thread-heap layer and the entry points, bottom-up. */
+#include "internal_heap.h"
+
 
 #define HAK_ASSERT(cond)                                                              \
   do {                                                                                \

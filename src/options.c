@@ -98,7 +98,9 @@ void options_init(void) {
   if (read_long(option_names[OPT_REGION_CACHE], 0, "a count of regions, 0 or more", &x))
     hak_opt.region_cache = x;
   read_bool(option_names[OPT_THP], &hak_opt.thp);
-  read_bool(option_names[OPT_STATS], &hak_opt.stats);
+  const char *stats = option_value(option_names[OPT_STATS]);
+  if (stats != NULL && strcasecmp(stats, "json") == 0) hak_opt.stats_json = true; /* ctl.c */
+  else read_bool(option_names[OPT_STATS], &hak_opt.stats);
   /* `test-fail`: for the tests only, the purge thread is on but cannot be created. */
   const char *bg = option_value(option_names[OPT_BACKGROUND]);
   if (bg != NULL && strcmp(bg, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;

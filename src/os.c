@@ -72,12 +72,16 @@ void os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0 && HAKMEM_DEBUG) hak_fatal("munmap failed");
 }
 
+_Atomic uint64_t os_purge_calls, os_purge_bytes;
+
 void os_purge(void *p, size_t size) {
   /* MADV_DONTNEED rather than MADV_FREE: users and container limits read RSS, and
    * DONTNEED makes it fall at once; the pages read back as zero, which calloc uses. */
   int saved = errno;
   madvise(p, size, MADV_DONTNEED);
   errno = saved;
+  atomic_fetch_add_explicit(&os_purge_calls, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&os_purge_bytes, size, memory_order_relaxed);
 }
 
 void os_set_huge_pages(void *p, size_t size, bool enable) {

@@ -15,15 +15,16 @@ EXPORT void *malloc(size_t n) { return fast_malloc(n); }
 EXPORT void free(void *p) { fast_free(p); }
 EXPORT void *calloc(size_t c, size_t n) { return hak_calloc(c, n); }
 EXPORT void *realloc(void *p, size_t n) { return hak_realloc(p, n); }
-EXPORT void *reallocarray(void *p, size_t c, size_t n) { return hak_reallocarray(p, c, n); }
+/* Under a checker, the names it leaves to hakmem go on to the ones it replaces. */
+HAK_FORWARDED_ENTRY(void *, reallocarray, (void *p, size_t c, size_t n)) { return hak_reallocarray(p, c, n); }
 EXPORT int posix_memalign(void **out, size_t a, size_t n) { return hak_posix_memalign(out, a, n); }
 EXPORT void *aligned_alloc(size_t a, size_t n) { return hak_aligned_alloc(a, n); }
 EXPORT void *memalign(size_t a, size_t n) { return hak_memalign(a, n); }
 EXPORT void *valloc(size_t n) { return hak_valloc(n); }
-EXPORT void *pvalloc(size_t n) { return hak_pvalloc(n); }
+HAK_FORWARDED_ENTRY(void *, pvalloc, (size_t n)) { return hak_pvalloc(n); }
 EXPORT size_t malloc_usable_size(void *p) { return hak_malloc_usable_size(p); }
-EXPORT void free_sized(void *p, size_t n) { hak_free_sized(p, n); }
-EXPORT void free_aligned_sized(void *p, size_t a, size_t n) { hak_free_aligned_sized(p, a, n); }
+HAK_FORWARDED_ENTRY(void, free_sized, (void *p, size_t n)) { hak_free_sized(p, n); }
+HAK_FORWARDED_ENTRY(void, free_aligned_sized, (void *p, size_t a, size_t n)) { hak_free_aligned_sized(p, a, n); }
 EXPORT int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
 EXPORT void malloc_stats(void) { hak_malloc_stats(); }
 EXPORT struct mallinfo2 mallinfo2(void) { return hak_mallinfo2(); }
@@ -58,12 +59,12 @@ EXPORT int malloc_info(int options, FILE *fp) {
 }
 
 /* glibc's internal names, which some programs and libraries call directly. */
-EXPORT void *__libc_malloc(size_t n) { return fast_malloc(n); }
-EXPORT void __libc_free(void *p) { fast_free(p); }
-EXPORT void *__libc_calloc(size_t c, size_t n) { return hak_calloc(c, n); }
-EXPORT void *__libc_realloc(void *p, size_t n) { return hak_realloc(p, n); }
-EXPORT void *__libc_memalign(size_t a, size_t n) { return hak_memalign(a, n); }
-EXPORT void *__libc_valloc(size_t n) { return hak_valloc(n); }
-EXPORT void *__libc_pvalloc(size_t n) { return hak_pvalloc(n); }
-EXPORT int __posix_memalign(void **out, size_t a, size_t n) { return hak_posix_memalign(out, a, n); }
+HAK_FORWARDED_ENTRY(void *, __libc_malloc, (size_t n)) { return fast_malloc(n); }
+HAK_FORWARDED_ENTRY(void, __libc_free, (void *p)) { fast_free(p); }
+HAK_FORWARDED_ENTRY(void *, __libc_calloc, (size_t c, size_t n)) { return hak_calloc(c, n); }
+HAK_FORWARDED_ENTRY(void *, __libc_realloc, (void *p, size_t n)) { return hak_realloc(p, n); }
+HAK_FORWARDED_ENTRY(void *, __libc_memalign, (size_t a, size_t n)) { return hak_memalign(a, n); }
+HAK_FORWARDED_ENTRY(void *, __libc_valloc, (size_t n)) { return hak_valloc(n); }
+HAK_FORWARDED_ENTRY(void *, __libc_pvalloc, (size_t n)) { return hak_pvalloc(n); }
+HAK_FORWARDED_ENTRY(int, __posix_memalign, (void **out, size_t a, size_t n)) { return hak_posix_memalign(out, a, n); }
 EXPORT void cfree(void *p) { fast_free(p); }

@@ -75,7 +75,7 @@ static hak_noinline int posix_memalign_slow(void **out, size_t align, size_t n) 
   return 0;
 }
 
-hak_export int hak_posix_memalign(void **out, size_t align, size_t n) {
+HAK_CHECKED_ENTRY(int, hak_posix_memalign, (void **out, size_t align, size_t n)) {
   if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
   bool wrapped;
   void *p = aligned_alloc_fast(align, n, &wrapped);
@@ -87,7 +87,7 @@ hak_export int hak_posix_memalign(void **out, size_t align, size_t n) {
   return posix_memalign_slow(out, align, n);
 }
 
-hak_export void *hak_aligned_alloc(size_t align, size_t n) {
+HAK_CHECKED_ENTRY(void *, hak_aligned_alloc, (size_t align, size_t n)) {
   if (!is_pow2(align)) {
     errno = EINVAL;
     return NULL;
@@ -98,11 +98,11 @@ hak_export void *hak_aligned_alloc(size_t align, size_t n) {
   return aligned_alloc_slow(align, n);
 }
 
-hak_export void *hak_memalign(size_t align, size_t n) { return hak_aligned_alloc(align, n); }
+HAK_CHECKED_ENTRY(void *, hak_memalign, (size_t align, size_t n)) { return hak_aligned_alloc(align, n); }
 
-hak_export void *hak_valloc(size_t n) { return aligned_alloc_slow(os_page_size(), n); }
+HAK_CHECKED_ENTRY(void *, hak_valloc, (size_t n)) { return aligned_alloc_slow(os_page_size(), n); }
 
-hak_export void *hak_pvalloc(size_t n) {
+HAK_CHECKED_ENTRY(void *, hak_pvalloc, (size_t n)) {
   size_t page = os_page_size();
   size_t rounded = (n + page - 1) & ~(page - 1);
   if (rounded < n) {
@@ -122,13 +122,13 @@ static void check_size(void *p, size_t n, size_t align, const char *fn) {
   if (!ok) hak_fatal_pointer("size mismatch", fn, p);
 }
 
-hak_export void hak_free_sized(void *p, size_t n) {
+HAK_CHECKED_ENTRY(void, hak_free_sized, (void *p, size_t n)) {
   if (p == NULL) return;
   check_size(p, n, 16, "free_sized");
   fast_free(p);
 }
 
-hak_export void hak_free_aligned_sized(void *p, size_t align, size_t n) {
+HAK_CHECKED_ENTRY(void, hak_free_aligned_sized, (void *p, size_t align, size_t n)) {
   if (p == NULL) return;
   check_size(p, n, align, "free_sized");
   fast_free(p);

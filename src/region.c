@@ -299,6 +299,7 @@ static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, lo
 
 size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due) {
   size_t purged = 0;
+  atomic_fetch_add_explicit(&hak_gstats.purge_passes, 1, memory_order_relaxed);
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
@@ -410,6 +411,7 @@ bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit,
  * neighbours (fewer if the run is shorter); the region goes if it is now spare. */
 void region_purge_around(hak_region_t *r, size_t at, size_t need) {
   size_t from = at, to = at + 1;
+  atomic_fetch_add_explicit(&hak_gstats.purge_budget_runs, 1, memory_order_relaxed);
   while (to - from < need && to < UNITS_PER_REGION && bit_get(r->free_bits, to) &&
          bit_get(r->dirty_bits, to))
     to++;

@@ -1,5 +1,6 @@
 /* Statistics: global figures kept on slow paths, per-class figures gathered on demand
- * by walking the heaps. Nothing here runs on a malloc/free fast path. */
+ * by walking the heaps; the text report. Nothing here runs on a malloc/free fast path.
+ * The same figures by name, and the report in JSON: ctl.c. */
 
 #include "internal.h"
 #include "hakmem.h"
@@ -9,70 +10,106 @@
 #include <string.h>
 #include <unistd.h>
 
-static void walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint32_t c,
-                       uint64_t *used, uint64_t *slabs) {
-  size_t limit = q->count + 1;
-  for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next) {
+/* How many slab descriptors the walk reads per hold of a heap's lock, at most (plus the
+ * rest of the class it is in): the owner's slow paths wait for the lock no longer. */
+#define WALK_HOLD_SLABS 256
+
+static size_t walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint32_t c,
+                         stats_walk_t *w) {
+  size_t limit = q->count + 1, seen = 0;
+  for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next, seen++) {
     /* Neither the pin nor frees waiting in the remote list are live blocks. */
     uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
     uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT);
     uint32_t live = __atomic_load_n(&s->used, __ATOMIC_RELAXED) - (s == pinned);
-    used[c] += live > waiting ? live - waiting : 0;
-    slabs[c]++;
+    w->live[c] += live > waiting ? live - waiting : 0;
+    w->slabs[c]++;
   }
+  return seen;
 }
 
-/* Figures for the report. Other threads keep running, so they are a snapshot, not an
- * exact count. Each heap is walked under its lock, which its owner holds whenever it
- * changes its lists (and which keeps their slabs from being given away); the counts
- * and quarantine slots the owner also writes on its fast paths are read as relaxed
- * atomics. The abandoned lists belong to region_lock. */
-static void heap_walk(uint64_t used[NUM_CLASSES + 1], uint64_t slabs[NUM_CLASSES + 1]) {
-  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return;
+/* The walk. Other threads keep running, so the figures are a snapshot, not an exact
+ * count. Each heap's lists are read under its lock, which its owner holds whenever it
+ * changes them (and which keeps their slabs from being given away), taken for
+ * WALK_HOLD_SLABS slabs at a time; the counts and quarantine slots the owner also
+ * writes on its fast paths are read as relaxed atomics. The abandoned lists belong to
+ * region_lock, taken once per class. The heap list's lock is held throughout: a thread
+ * that starts or exits meanwhile waits for the walk. */
+void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end) {
+  memset(w, 0, sizeof *w);
+  if (end > NUM_CLASSES) end = NUM_CLASSES;
+  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2 || first >= end) return;
   /* The caller's own frees into other heaps' slabs count as done: hand them over. */
   if (hak_tls_heap != &hak_heap_empty) heap_remote_flush(hak_tls_heap);
+  /* Quarantined blocks are freed, not reusable: subtracted once every heap is walked
+   * (a heap's quarantine holds blocks of other heaps' slabs too). */
+  uint64_t quarantined[NUM_CLASSES] = {0};
   pthread_mutex_lock(&heaps_lock);
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
-    pthread_mutex_lock(&h->lock);
-    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-      walk_queue(&h->queue[c], h->pinned[c], c, used, slabs);
-      walk_queue(&h->full[c], h->pinned[c], c, used, slabs);
+    for (uint32_t c = first; c < end;) {
+      pthread_mutex_lock(&h->lock);
+      for (size_t seen = 0; c < end && seen < WALK_HOLD_SLABS; c++) {
+        seen += walk_queue(&h->queue[c], h->pinned[c], c, w);
+        seen += walk_queue(&h->full[c], h->pinned[c], c, w);
+      }
+      pthread_mutex_unlock(&h->lock);
     }
-    for (uint32_t i = 0; HAKMEM_SECURE && i < QUARANTINE_SLOTS; i++) { /* freed, not reusable */
-      hak_block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
-      if (q != NULL) used[region_slab_of((uintptr_t)q)->class_idx]--;
+    if (HAKMEM_SECURE) { /* freed, not reusable */
+      pthread_mutex_lock(&h->lock);
+      for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
+        hak_block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
+        if (q == NULL) continue;
+        uint32_t c = region_slab_of((uintptr_t)q)->class_idx;
+        if (c >= first && c < end) quarantined[c]++;
+      }
+      pthread_mutex_unlock(&h->lock);
     }
-    pthread_mutex_unlock(&h->lock);
   }
-  pthread_mutex_lock(&region_lock);
-  for (uint32_t c = 0; c < NUM_CLASSES; c++) walk_queue(&heap_abandoned[c], NULL, c, used, slabs);
-  pthread_mutex_unlock(&region_lock);
+  for (uint32_t c = first; c < end; c++) {
+    pthread_mutex_lock(&region_lock);
+    walk_queue(&heap_abandoned[c], NULL, c, w);
+    pthread_mutex_unlock(&region_lock);
+    w->live[c] = w->live[c] > quarantined[c] ? w->live[c] - quarantined[c] : 0;
+  }
   pthread_mutex_unlock(&heaps_lock);
 }
 
+uint64_t stats_remote_total(bool blocks) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < REMOTE_COUNTER_SHARDS; i++) {
+    hak_remote_counter_t *c = &hak_remote_counters[i];
+    sum += atomic_load_explicit(blocks ? &c->blocks : &c->pushes, memory_order_relaxed);
+  }
+  return sum;
+}
+
 typedef struct totals {
-  uint64_t used[NUM_CLASSES + 1], slabs[NUM_CLASSES + 1];
+  stats_walk_t w;
   size_t small_in_use, large_in_use, huge_mapped;
 } totals_t;
 
 static void gather(totals_t *t) {
-  memset(t, 0, sizeof *t);
-  heap_walk(t->used, t->slabs);
-  for (unsigned c = 0; c < NUM_CLASSES; c++) t->small_in_use += t->used[c] * class_size[c];
+  stats_walk(&t->w, 0, NUM_CLASSES);
+  t->small_in_use = 0;
+  for (unsigned c = 0; c < NUM_CLASSES; c++) t->small_in_use += t->w.live[c] * class_size[c];
   t->large_in_use = atomic_load_explicit(&hak_gstats.large_in_use, memory_order_relaxed);
   t->huge_mapped = atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
+}
+
+static void info_of(const totals_t *t, hak_info_t *info) {
+  info->in_use = t->small_in_use + t->large_in_use + t->huge_mapped;
+  size_t peak = atomic_load_explicit(&hak_gstats.peak_in_use, memory_order_relaxed);
+  info->peak_in_use = peak > info->in_use ? peak : info->in_use;
+  info->mapped = atomic_load_explicit(&hak_gstats.region_bytes, memory_order_relaxed) + t->huge_mapped;
+  info->committed = atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) + t->huge_mapped;
+  info->released = atomic_load_explicit(&hak_gstats.purged_bytes, memory_order_relaxed) +
+                   atomic_load_explicit(&hak_gstats.released_bytes, memory_order_relaxed);
 }
 
 hak_export void hak_get_info(hak_info_t *info) {
   totals_t t;
   gather(&t);
-  info->in_use = t.small_in_use + t.large_in_use + t.huge_mapped;
-  size_t peak = atomic_load_explicit(&hak_gstats.peak_in_use, memory_order_relaxed);
-  info->peak_in_use = peak > info->in_use ? peak : info->in_use;
-  info->mapped = atomic_load_explicit(&hak_gstats.region_bytes, memory_order_relaxed) + t.huge_mapped;
-  info->committed = atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) + t.huge_mapped;
-  info->released = atomic_load_explicit(&hak_gstats.purged_bytes, memory_order_relaxed) +
-                   atomic_load_explicit(&hak_gstats.released_bytes, memory_order_relaxed);
+  info_of(&t, info);
 }
 
 struct mallinfo2 hak_mallinfo2(void) {
@@ -111,13 +148,13 @@ void stats_print(FILE *f) {
   totals_t t;
   gather(&t);
   hak_info_t info;
-  hak_get_info(&info);
+  info_of(&t, &info);
   out(f, "hakmem stats (pid %d)\n", (int)getpid());
   out(f, "  %-8s %10s %12s %10s %12s\n", "class", "size", "live blocks", "slabs", "live bytes");
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
-    if (t.slabs[c] == 0) continue;
-    out(f, "  %-8u %10u %12llu %10llu %12llu\n", c, class_size[c], (unsigned long long)t.used[c],
-        (unsigned long long)t.slabs[c], (unsigned long long)(t.used[c] * class_size[c]));
+    if (t.w.slabs[c] == 0) continue;
+    out(f, "  %-8u %10u %12llu %10llu %12llu\n", c, class_size[c], (unsigned long long)t.w.live[c],
+        (unsigned long long)t.w.slabs[c], (unsigned long long)(t.w.live[c] * class_size[c]));
   }
   out(f, "  tiers: small+mid %.2f MiB live, large %.2f MiB live (%llu allocated in all), huge %.2f MiB mapped (%llu in all)\n",
       mib(t.small_in_use), mib(t.large_in_use),
@@ -126,7 +163,16 @@ void stats_print(FILE *f) {
   out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB (%.2f purged, %.2f unmapped)\n",
       mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released),
       mib(atomic_load(&hak_gstats.purged_bytes)), mib(atomic_load(&hak_gstats.released_bytes)));
-  out(f, "  threads: %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; %llu slabs adopted, %llu taken back from idle heaps\n",
+  uint64_t started = atomic_load(&hak_gstats.threads_started);
+  uint64_t exited = atomic_load(&hak_gstats.threads_exited);
+  out(f, "  remote frees: %llu blocks in %llu pushes\n", (unsigned long long)stats_remote_total(true),
+      (unsigned long long)stats_remote_total(false));
+  out(f, "  purging: %llu passes, %llu by the budget; %llu madvise calls over %.2f MiB\n",
+      (unsigned long long)atomic_load(&hak_gstats.purge_passes),
+      (unsigned long long)atomic_load(&hak_gstats.purge_budget_runs),
+      (unsigned long long)atomic_load(&os_purge_calls), mib(atomic_load(&os_purge_bytes)));
+  out(f, "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; %llu slabs adopted, %llu taken back from idle heaps\n",
+      (unsigned long long)(started > exited ? started - exited : 0), (unsigned long long)exited,
       (unsigned long long)atomic_load(&hak_gstats.heaps_created),
       (unsigned long long)atomic_load(&hak_gstats.heaps_taken_over),
       (unsigned long long)atomic_load(&hak_gstats.heaps_taken_by_free),
@@ -138,8 +184,11 @@ void stats_print(FILE *f) {
   bool map_reserved = __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
   out(f, "  slab map: %s\n", map_reserved ? "reserved (free's fast path)"
                                         : "not reserved (every free asks the region header)");
-  out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d\n", hak_opt.purge_delay_ms,
-      hak_opt.region_cache, (int)hak_opt.thp);
+  out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s\n",
+      __atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED),
+      __atomic_load_n(&hak_opt.region_cache, __ATOMIC_RELAXED), (int)hak_opt.thp,
+      __atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED) ? "json"
+      : __atomic_load_n(&hak_opt.stats, __ATOMIC_RELAXED)    ? "1" : "0");
 }
 
 hak_export void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }

@@ -8,7 +8,7 @@
  * with the shared exchange, so most of the frees of those happen on another thread. The
  * watcher thread loops until the workers are done: hak_get_info (its in_use must stay
  * below anything a count that went negative would give), the full report into
- * /dev/null, and malloc_trim(0). At the end, with every block freed, in_use must be back
+ * /dev/null, in text and JSON, a few figures by name, and malloc_trim(0). At the end, with every block freed, in_use must be back
  * near where it started.
  * Usage: stress_stats [seed] [workers=4] [ops per worker=60000]
  */
@@ -62,6 +62,14 @@ static void *watcher(void *arg) {
     hak_get_info(&info);
     CHECK(info.in_use < IN_USE_BOUND, "hak_get_info in_use %zu during the run", info.in_use);
     hak_stats_print(devnull);
+    /* The same figures by name and in JSON, walked and read while the workers run. */
+    CHECK(hak_stats_json(devnull) == 0, "hak_stats_json failed");
+    char name[64];
+    snprintf(name, sizeof name, "class.%u.live_blocks", (unsigned)(*rounds % 48));
+    uint64_t v = 0;
+    CHECK(hak_stats_get(name, &v) == 0 && v < IN_USE_BOUND / 16, "%s: %" PRIu64, name, v);
+    CHECK(hak_stats_get("total.in_use", &v) == 0 && v < IN_USE_BOUND, "total.in_use %" PRIu64, v);
+    CHECK(hak_stats_get("threads.alive", &v) == 0 && v <= 64 + 2, "threads.alive %" PRIu64, v);
     malloc_trim(0);
     (*rounds)++;
   }
