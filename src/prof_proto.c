@@ -1,0 +1,934 @@
+/* Heap profile writer: profile.proto, gzip, no malloc (see prof_proto.h).
+ *
+ * Sections, bottom-up: writing a file descriptor; a growable buffer on os_map memory;
+ * the protobuf encoder; the string table; the process's mappings and build IDs; the
+ * location table; assembling the Profile message; gzip (CRC-32, DEFLATE); the API.
+ */
+#include "prof_proto.h"
+
+#include "internal.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- writing a file descriptor ------------------------------------------------- */
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (w == 0) return -EIO;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* ---- growable buffer ------------------------------------------------------------ */
+
+/* Bytes (or an array of structs) on its own mapping, doubled when full: grown in place
+ * by mremap when the address space after it is free, else copied to a new mapping.
+ * A failure sets err (a positive errno) once; every later append is then ignored, so
+ * the encoder checks only at the end. */
+typedef struct buf {
+  uint8_t *p;
+  size_t len, cap;
+  int err;
+} buf_t;
+
+#define BUF_MIN_CAP ((size_t)64 * 1024) /* a multiple of every page size */
+
+static bool buf_reserve(buf_t *b, size_t extra) {
+  if (b->err) return false;
+  if (extra <= b->cap - b->len) return true;
+  size_t need = b->len + extra;
+  size_t cap = b->cap ? b->cap : BUF_MIN_CAP;
+  while (cap < need) {
+    if (need < b->len || cap > SIZE_MAX / 2) {
+      b->err = ENOMEM;
+      return false;
+    }
+    cap *= 2;
+  }
+  uint8_t *p = b->p ? os_remap(b->p, b->cap, cap, NULL) : NULL;
+  if (p == NULL) {
+    p = os_map(cap);
+    if (p == NULL) {
+      b->err = ENOMEM;
+      return false;
+    }
+    if (b->p) {
+      memcpy(p, b->p, b->len);
+      os_unmap(b->p, b->cap);
+    }
+  }
+  b->p = p;
+  b->cap = cap;
+  return true;
+}
+
+static void buf_append(buf_t *b, const void *p, size_t n) {
+  if (n == 0 || !buf_reserve(b, n)) return;
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+}
+
+static void buf_free(buf_t *b) {
+  if (b->p) os_unmap(b->p, b->cap);
+  b->p = NULL;
+  b->len = b->cap = 0;
+}
+
+/* ---- protobuf encoder ----------------------------------------------------------- */
+
+/* Wire types. A message nested in another is written to a scratch buffer first, then
+ * copied after its key and length (pb_bytes). */
+#define WIRE_VARINT 0
+#define WIRE_LEN 2
+
+static size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static void pb_varint(buf_t *b, uint64_t v) {
+  if (!buf_reserve(b, 10)) return;
+  uint8_t *q = b->p + b->len;
+  while (v >= 0x80) {
+    *q++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *q++ = (uint8_t)v;
+  b->len = (size_t)(q - b->p);
+}
+
+static void pb_key(buf_t *b, uint32_t field, unsigned wire) {
+  pb_varint(b, (uint64_t)field << 3 | wire);
+}
+
+/* uint64, int64 (two's complement, ten bytes when negative) and bool fields. proto3
+ * leaves a field at its default (zero) out. */
+static void pb_uint(buf_t *b, uint32_t field, uint64_t v) {
+  if (v == 0) return;
+  pb_key(b, field, WIRE_VARINT);
+  pb_varint(b, v);
+}
+
+static void pb_bytes(buf_t *b, uint32_t field, const void *p, size_t n) {
+  pb_key(b, field, WIRE_LEN);
+  pb_varint(b, n);
+  buf_append(b, p, n);
+}
+
+/* A packed repeated int64/uint64 field. */
+static void pb_packed(buf_t *b, uint32_t field, const uint64_t *v, size_t n) {
+  if (n == 0) return;
+  size_t size = 0;
+  for (size_t i = 0; i < n; i++) size += varint_size(v[i]);
+  pb_key(b, field, WIRE_LEN);
+  pb_varint(b, size);
+  for (size_t i = 0; i < n; i++) pb_varint(b, v[i]);
+}
+
+/* ---- field numbers of perftools.profiles (proto/profile.proto) -------------------- */
+enum {
+  PROFILE_SAMPLE_TYPE = 1,
+  PROFILE_SAMPLE = 2,
+  PROFILE_MAPPING = 3,
+  PROFILE_LOCATION = 4,
+  PROFILE_STRING_TABLE = 6,
+  PROFILE_TIME_NANOS = 9,
+  PROFILE_DURATION_NANOS = 10,
+  PROFILE_PERIOD_TYPE = 11,
+  PROFILE_PERIOD = 12,
+  PROFILE_DEFAULT_SAMPLE_TYPE = 14,
+  VALUE_TYPE_TYPE = 1,
+  VALUE_TYPE_UNIT = 2,
+  SAMPLE_LOCATION_ID = 1,
+  SAMPLE_VALUE = 2,
+  MAPPING_ID = 1,
+  MAPPING_MEMORY_START = 2,
+  MAPPING_MEMORY_LIMIT = 3,
+  MAPPING_FILE_OFFSET = 4,
+  MAPPING_FILENAME = 5,
+  MAPPING_BUILD_ID = 6,
+  LOCATION_ID = 1,
+  LOCATION_MAPPING_ID = 2,
+  LOCATION_ADDRESS = 3,
+};
+
+/* ---- the profile being built ------------------------------------------------------ */
+
+typedef struct str_ref {
+  size_t off; /* into writer.strtab */
+  size_t len;
+} str_ref_t;
+
+/* An executable mapping: a profile Mapping. */
+typedef struct exec_map {
+  uintptr_t start, end;
+  uint64_t offset;
+  uint64_t id;
+  const char *name; /* into writer.maps_text; not terminated */
+  size_t name_len;
+} exec_map_t;
+
+/* Any mapping of /proc/self/maps, for finding an ELF image's header and notes. */
+typedef struct any_map {
+  uintptr_t start, end;
+  uint64_t offset;
+  bool readable;
+  const char *name;
+  size_t name_len;
+} any_map_t;
+
+typedef struct loc_slot {
+  uintptr_t addr; /* 0: empty */
+  uint64_t id;
+} loc_slot_t;
+
+typedef struct writer {
+  buf_t out;       /* the Profile message */
+  buf_t msg;       /* scratch: one nested message */
+  buf_t packed;    /* scratch: a sample's location ids */
+  buf_t strtab;    /* string_table entries, encoded, appended to out at the end */
+  buf_t strs;      /* str_ref_t per string: the bytes inside strtab */
+  buf_t maps_text; /* /proc/self/maps */
+  buf_t maps;      /* any_map_t */
+  buf_t execs;     /* exec_map_t, by address */
+  buf_t locs;      /* uintptr_t: return address of location id i + 1 */
+  buf_t exe;       /* the main executable's path */
+  loc_slot_t *table; /* return address -> location id, open addressing */
+  size_t table_cap;  /* slots, a power of two */
+} writer_t;
+
+static int writer_error(const writer_t *w) {
+  const buf_t *all[] = {&w->out, &w->msg, &w->packed, &w->strtab, &w->strs,
+                        &w->maps_text, &w->maps, &w->execs, &w->locs, &w->exe};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->err) return -all[i]->err;
+  return 0;
+}
+
+static void writer_free(writer_t *w) {
+  buf_t *all[] = {&w->out, &w->msg, &w->packed, &w->strtab, &w->strs,
+                  &w->maps_text, &w->maps, &w->execs, &w->locs, &w->exe};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) buf_free(all[i]);
+  if (w->table) os_unmap(w->table, w->table_cap * sizeof(loc_slot_t));
+  w->table = NULL;
+}
+
+/* ---- string table ---------------------------------------------------------------- */
+
+/* The index of s in the string table, adding it if new. Few strings are interned (the
+ * value names, and a file name and build ID per executable mapping), so a linear search
+ * is enough. */
+static uint64_t intern(writer_t *w, const char *s, size_t len) {
+  const str_ref_t *refs = (const str_ref_t *)w->strs.p;
+  size_t n = w->strs.len / sizeof(str_ref_t);
+  for (size_t i = 0; i < n; i++)
+    if (refs[i].len == len && (len == 0 || memcmp(w->strtab.p + refs[i].off, s, len) == 0))
+      return i;
+  pb_key(&w->strtab, PROFILE_STRING_TABLE, WIRE_LEN);
+  pb_varint(&w->strtab, len);
+  str_ref_t ref = {w->strtab.len, len};
+  buf_append(&w->strtab, s, len);
+  buf_append(&w->strs, &ref, sizeof ref);
+  if (w->strtab.err || w->strs.err) return 0;
+  return n;
+}
+
+static uint64_t intern_cstr(writer_t *w, const char *s) { return intern(w, s, strlen(s)); }
+
+/* ---- mappings ------------------------------------------------------------------ */
+
+static bool read_whole_file(const char *path, buf_t *b) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = true;
+  for (;;) {
+    if (!buf_reserve(b, 16384)) {
+      ok = false;
+      break;
+    }
+    ssize_t r = read(fd, b->p + b->len, b->cap - b->len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ok = r == 0;
+      break;
+    }
+    b->len += (size_t)r;
+  }
+  close(fd);
+  return ok;
+}
+
+static bool parse_hex(const char **s, const char *end, uint64_t *v) {
+  const char *p = *s;
+  uint64_t x = 0;
+  while (p < end) {
+    char c = *p;
+    unsigned d;
+    if (c >= '0' && c <= '9') d = (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') d = (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') d = (unsigned)(c - 'A' + 10);
+    else break;
+    x = x << 4 | d;
+    p++;
+  }
+  if (p == *s) return false;
+  *s = p;
+  *v = x;
+  return true;
+}
+
+static void skip_field(const char **s, const char *end) {
+  while (*s < end && **s != ' ') (*s)++;
+  while (*s < end && **s == ' ') (*s)++;
+}
+
+/* One line of /proc/self/maps: "start-end perms offset dev inode   [path]". */
+static bool parse_maps_line(const char *s, const char *end, any_map_t *m, bool *exec) {
+  uint64_t start, lim, off;
+  if (!parse_hex(&s, end, &start) || s == end || *s++ != '-') return false;
+  if (!parse_hex(&s, end, &lim) || s == end || *s++ != ' ') return false;
+  if (end - s < 5) return false;
+  m->readable = s[0] == 'r';
+  *exec = s[2] == 'x';
+  s += 4;
+  while (s < end && *s == ' ') s++;
+  if (!parse_hex(&s, end, &off)) return false;
+  while (s < end && *s == ' ') s++;
+  skip_field(&s, end); /* device */
+  skip_field(&s, end); /* inode, and the spaces before the path */
+  m->start = (uintptr_t)start;
+  m->end = (uintptr_t)lim;
+  m->offset = off;
+  m->name = s;
+  m->name_len = (size_t)(end - s);
+  return start < lim;
+}
+
+static bool same_name(const char *a, size_t alen, const char *b, size_t blen) {
+  return alen == blen && memcmp(a, b, alen) == 0;
+}
+
+/* The readable mapping of `name` holding [addr, addr + size), or NULL. */
+static const any_map_t *readable_range(const writer_t *w, const char *name, size_t name_len,
+                                       uintptr_t addr, size_t size) {
+  const any_map_t *maps = (const any_map_t *)w->maps.p;
+  size_t n = w->maps.len / sizeof(any_map_t);
+  if (addr + size < addr) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    const any_map_t *m = &maps[i];
+    if (m->readable && addr >= m->start && addr + size <= m->end &&
+        same_name(m->name, m->name_len, name, name_len))
+      return m;
+  }
+  return NULL;
+}
+
+#if UINTPTR_MAX > 0xffffffffu
+typedef Elf64_Ehdr elf_ehdr_t;
+typedef Elf64_Phdr elf_phdr_t;
+#define ELF_CLASS ELFCLASS64
+#else
+typedef Elf32_Ehdr elf_ehdr_t;
+typedef Elf32_Phdr elf_phdr_t;
+#define ELF_CLASS ELFCLASS32
+#endif
+
+/* A GNU build ID note in [p, p + size), notes aligned to `align`: its hex string in
+ * hex[], or 0. */
+static size_t find_build_id(const uint8_t *p, size_t size, size_t align, char *hex,
+                            size_t hex_cap) {
+  static const char digits[] = "0123456789abcdef";
+  size_t pos = 0;
+  while (size - pos >= sizeof(Elf64_Nhdr)) { /* Elf32_Nhdr and Elf64_Nhdr are alike */
+    Elf64_Nhdr nh;
+    memcpy(&nh, p + pos, sizeof nh);
+    size_t name_at = pos + sizeof nh;
+    size_t name_sz = ((size_t)nh.n_namesz + align - 1) & ~(align - 1);
+    size_t desc_sz = ((size_t)nh.n_descsz + align - 1) & ~(align - 1);
+    if (name_sz > size - name_at || desc_sz > size - name_at - name_sz) return 0;
+    size_t desc_at = name_at + name_sz;
+    if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+        memcmp(p + name_at, "GNU", 4) == 0 && nh.n_descsz > 0 &&
+        nh.n_descsz * 2 <= hex_cap) {
+      for (size_t i = 0; i < nh.n_descsz; i++) {
+        hex[2 * i] = digits[p[desc_at + i] >> 4];
+        hex[2 * i + 1] = digits[p[desc_at + i] & 15];
+      }
+      return 2 * (size_t)nh.n_descsz;
+    }
+    pos = desc_at + desc_sz;
+  }
+  return 0;
+}
+
+/* The GNU build ID of the ELF file mapped as `name`, read from its loaded image: the
+ * ELF header in the mapping of file offset 0, then the PT_NOTE segments. Every byte is
+ * checked to lie in a readable mapping of that file first. Returns the hex length, or 0. */
+static size_t image_build_id(const writer_t *w, const char *name, size_t name_len, char *hex,
+                             size_t hex_cap) {
+  const any_map_t *maps = (const any_map_t *)w->maps.p;
+  size_t n = w->maps.len / sizeof(any_map_t);
+  const any_map_t *head = NULL;
+  for (size_t i = 0; i < n && head == NULL; i++)
+    if (maps[i].offset == 0 && maps[i].readable &&
+        same_name(maps[i].name, maps[i].name_len, name, name_len))
+      head = &maps[i];
+  if (head == NULL || head->end - head->start < sizeof(elf_ehdr_t)) return 0;
+  elf_ehdr_t eh;
+  memcpy(&eh, (const void *)head->start, sizeof eh);
+  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELF_CLASS ||
+      eh.e_phentsize != sizeof(elf_phdr_t) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM)
+    return 0;
+  size_t ph_size = (size_t)eh.e_phnum * sizeof(elf_phdr_t);
+  if (eh.e_phoff > head->end - head->start || ph_size > head->end - head->start - eh.e_phoff)
+    return 0;
+  const uint8_t *ph = (const uint8_t *)head->start + eh.e_phoff;
+  /* The load bias: where the segment holding file offset 0 was put, less its address. */
+  uintptr_t bias = 0;
+  bool have_bias = false;
+  for (size_t i = 0; i < eh.e_phnum && !have_bias; i++) {
+    elf_phdr_t phdr;
+    memcpy(&phdr, ph + i * sizeof phdr, sizeof phdr);
+    if (phdr.p_type == PT_LOAD && phdr.p_offset == 0) {
+      bias = head->start - (uintptr_t)phdr.p_vaddr;
+      have_bias = true;
+    }
+  }
+  if (!have_bias) return 0;
+  for (size_t i = 0; i < eh.e_phnum; i++) {
+    elf_phdr_t phdr;
+    memcpy(&phdr, ph + i * sizeof phdr, sizeof phdr);
+    if (phdr.p_type != PT_NOTE || phdr.p_filesz == 0) continue;
+    uintptr_t at = bias + (uintptr_t)phdr.p_vaddr;
+    size_t size = (size_t)phdr.p_filesz;
+    if (readable_range(w, name, name_len, at, size) == NULL) continue;
+    size_t align = phdr.p_align == 8 ? 8 : 4;
+    size_t len = find_build_id((const uint8_t *)at, size, align, hex, hex_cap);
+    if (len) return len;
+  }
+  return 0;
+}
+
+/* Reads /proc/self/maps into w->maps and w->execs (ids not set yet). false only when
+ * memory could not be mapped; an unreadable maps file leaves both empty. */
+static bool read_mappings(writer_t *w) {
+  if (!read_whole_file("/proc/self/maps", &w->maps_text)) {
+    if (w->maps_text.err) return false;
+    w->maps_text.len = 0;
+    return true;
+  }
+  const char *s = (const char *)w->maps_text.p;
+  const char *text_end = s + w->maps_text.len;
+  while (s < text_end) {
+    const char *eol = memchr(s, '\n', (size_t)(text_end - s));
+    if (eol == NULL) eol = text_end;
+    any_map_t m;
+    bool exec;
+    if (parse_maps_line(s, eol, &m, &exec)) {
+      buf_append(&w->maps, &m, sizeof m);
+      if (exec) {
+        exec_map_t e = {m.start, m.end, m.offset, 0, m.name, m.name_len};
+        buf_append(&w->execs, &e, sizeof e);
+      }
+    }
+    s = eol + 1;
+  }
+  return w->maps.err == 0 && w->execs.err == 0;
+}
+
+/* The path of the main executable, for putting its mappings first. */
+static size_t exe_path(char *path, size_t cap) {
+  ssize_t n = readlink("/proc/self/exe", path, cap);
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+static void encode_mapping(writer_t *w, exec_map_t *e, uint64_t id) {
+  char hex[2 * 64];
+  e->id = id;
+  size_t hex_len = e->name_len ? image_build_id(w, e->name, e->name_len, hex, sizeof hex) : 0;
+  buf_t *m = &w->msg;
+  m->len = 0;
+  pb_uint(m, MAPPING_ID, id);
+  pb_uint(m, MAPPING_MEMORY_START, e->start);
+  pb_uint(m, MAPPING_MEMORY_LIMIT, e->end);
+  pb_uint(m, MAPPING_FILE_OFFSET, e->offset);
+  pb_uint(m, MAPPING_FILENAME, intern(w, e->name, e->name_len));
+  if (hex_len) pb_uint(m, MAPPING_BUILD_ID, intern(w, hex, hex_len));
+  /* has_functions and the other has_* fields: false, their default, so left out:
+   * pprof symbolizes every location itself. */
+  if (m->err) return;
+  pb_bytes(&w->out, PROFILE_MAPPING, m->p, m->len);
+}
+
+/* Mapping messages: the main executable's first, then the rest by address. */
+static void encode_mappings(writer_t *w) {
+  exec_map_t *execs = (exec_map_t *)w->execs.p;
+  size_t n = w->execs.len / sizeof(exec_map_t);
+  /* Kept off the stack, like every buffer here: the profiler may run on a small one. */
+  const char *exe = NULL;
+  size_t exe_len = 0;
+  if (buf_reserve(&w->exe, PATH_MAX)) {
+    exe = (const char *)w->exe.p;
+    exe_len = exe_path((char *)w->exe.p, w->exe.cap);
+  }
+  uint64_t id = 1;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < n; i++) {
+      bool is_exe = exe_len && same_name(execs[i].name, execs[i].name_len, exe, exe_len);
+      if (is_exe == (pass == 0)) encode_mapping(w, &execs[i], id++);
+    }
+}
+
+/* The id of the executable mapping holding addr, or 0. */
+static uint64_t mapping_of(const writer_t *w, uintptr_t addr) {
+  const exec_map_t *execs = (const exec_map_t *)w->execs.p;
+  size_t lo = 0, hi = w->execs.len / sizeof(exec_map_t);
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (addr < execs[mid].start) hi = mid;
+    else if (addr >= execs[mid].end) lo = mid + 1;
+    else return execs[mid].id;
+  }
+  return 0;
+}
+
+/* ---- locations ----------------------------------------------------------------- */
+
+#define LOC_TABLE_MIN 1024
+
+static size_t loc_hash(uintptr_t addr, size_t cap) {
+  return (size_t)(((uint64_t)addr * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+static bool loc_table_grow(writer_t *w) {
+  size_t cap = w->table_cap ? w->table_cap * 2 : LOC_TABLE_MIN;
+  loc_slot_t *t = os_map(cap * sizeof(loc_slot_t)); /* reads as zero: all empty */
+  if (t == NULL) return false;
+  for (size_t i = 0; i < w->table_cap; i++) {
+    if (w->table[i].addr == 0) continue;
+    size_t j = loc_hash(w->table[i].addr, cap);
+    while (t[j].addr != 0) j = (j + 1) & (cap - 1);
+    t[j] = w->table[i];
+  }
+  if (w->table) os_unmap(w->table, w->table_cap * sizeof(loc_slot_t));
+  w->table = t;
+  w->table_cap = cap;
+  return true;
+}
+
+/* The location id of a return address (nonzero), new ids in order of first sight;
+ * 0 when memory ran out. */
+static uint64_t location_id(writer_t *w, uintptr_t addr) {
+  size_t count = w->locs.len / sizeof(uintptr_t);
+  if (2 * (count + 1) > w->table_cap && !loc_table_grow(w)) {
+    w->locs.err = ENOMEM;
+    return 0;
+  }
+  size_t j = loc_hash(addr, w->table_cap);
+  while (w->table[j].addr != 0) {
+    if (w->table[j].addr == addr) return w->table[j].id;
+    j = (j + 1) & (w->table_cap - 1);
+  }
+  buf_append(&w->locs, &addr, sizeof addr);
+  if (w->locs.err) return 0;
+  w->table[j].addr = addr;
+  w->table[j].id = count + 1;
+  return count + 1;
+}
+
+static void encode_locations(writer_t *w) {
+  const uintptr_t *locs = (const uintptr_t *)w->locs.p;
+  size_t n = w->locs.len / sizeof(uintptr_t);
+  buf_t *m = &w->msg;
+  for (size_t i = 0; i < n && !m->err; i++) {
+    uintptr_t pc = locs[i] - 1; /* inside the call instruction: see prof_proto.h */
+    m->len = 0;
+    pb_uint(m, LOCATION_ID, i + 1);
+    pb_uint(m, LOCATION_MAPPING_ID, mapping_of(w, pc));
+    pb_uint(m, LOCATION_ADDRESS, pc);
+    if (!m->err) pb_bytes(&w->out, PROFILE_LOCATION, m->p, m->len);
+  }
+}
+
+/* ---- the Profile message --------------------------------------------------------- */
+
+static void encode_value_type(writer_t *w, uint32_t field, uint64_t type, uint64_t unit) {
+  buf_t *m = &w->msg;
+  m->len = 0;
+  pb_uint(m, VALUE_TYPE_TYPE, type);
+  pb_uint(m, VALUE_TYPE_UNIT, unit);
+  if (!m->err) pb_bytes(&w->out, field, m->p, m->len);
+}
+
+static void encode_sample(writer_t *w, const prof_sample_t *s) {
+  /* Location ids, packed, into `packed`; then the sample into `msg`. */
+  buf_t *ids = &w->packed, *m = &w->msg;
+  ids->len = 0;
+  for (uint32_t i = 0; i < s->depth; i++) {
+    if (s->stack[i] == 0) continue;
+    pb_varint(ids, location_id(w, s->stack[i]));
+  }
+  m->len = 0;
+  if (ids->len) pb_bytes(m, SAMPLE_LOCATION_ID, ids->p, ids->len);
+  uint64_t values[PROF_VALUES];
+  for (int i = 0; i < PROF_VALUES; i++) values[i] = (uint64_t)s->values[i];
+  pb_packed(m, SAMPLE_VALUE, values, PROF_VALUES);
+  if (!m->err && !ids->err) pb_bytes(&w->out, PROFILE_SAMPLE, m->p, m->len);
+}
+
+static int build_profile(writer_t *w, const prof_sample_t *samples, size_t n, int64_t period,
+                         uint64_t time_ns, uint64_t duration_ns) {
+  static const char *const value_names[PROF_VALUES][2] = {
+      {"alloc_objects", "count"},
+      {"alloc_space", "bytes"},
+      {"inuse_objects", "count"},
+      {"inuse_space", "bytes"},
+  };
+  intern(w, "", 0); /* string_table[0] must be "" */
+  uint64_t type_names[PROF_VALUES];
+  for (int i = 0; i < PROF_VALUES; i++) {
+    type_names[i] = intern_cstr(w, value_names[i][0]);
+    encode_value_type(w, PROFILE_SAMPLE_TYPE, type_names[i], intern_cstr(w, value_names[i][1]));
+  }
+  uint64_t space = intern_cstr(w, "space"), bytes = intern_cstr(w, "bytes");
+  for (size_t i = 0; i < n; i++) {
+    encode_sample(w, &samples[i]);
+    if (writer_error(w)) return writer_error(w);
+  }
+  if (!read_mappings(w)) return writer_error(w) ? writer_error(w) : -ENOMEM;
+  encode_mappings(w);
+  encode_locations(w);
+  /* Every string is interned by now: the table goes out whole. */
+  if (!w->strtab.err) buf_append(&w->out, w->strtab.p, w->strtab.len);
+  pb_uint(&w->out, PROFILE_TIME_NANOS, time_ns);
+  pb_uint(&w->out, PROFILE_DURATION_NANOS, duration_ns);
+  encode_value_type(w, PROFILE_PERIOD_TYPE, space, bytes);
+  pb_uint(&w->out, PROFILE_PERIOD, (uint64_t)period);
+  pb_uint(&w->out, PROFILE_DEFAULT_SAMPLE_TYPE, type_names[PROF_INUSE_SPACE]);
+  return writer_error(w);
+}
+
+/* ---- gzip ------------------------------------------------------------------------ */
+
+/* RFC 1952 around RFC 1951: a 10-byte header, DEFLATE blocks, and the CRC-32 and length
+ * of the data. Matching is greedy, over the whole input (already in memory), with hash
+ * chains limited to GZ_MAX_CHAIN candidates. Each block of about GZ_BLOCK input bytes is
+ * coded with the fixed Huffman codes, or stored as it is when that is shorter (random
+ * addresses barely compress): the output is never more than a few bytes per block longer
+ * than the input. A profile's repeated ids, tags and file names compress several times. */
+
+#define GZ_WINDOW 32768u
+#define GZ_HASH_BITS 15
+#define GZ_MIN_MATCH 3
+#define GZ_MAX_MATCH 258
+#define GZ_MAX_CHAIN 64
+#define GZ_BLOCK 32768u /* input bytes a block starts with; a last match may run past */
+#define GZ_OUT_CAP BUF_MIN_CAP
+/* A block's symbols before they are coded: a literal byte, or a match of
+ * length << GZ_LEN_SHIFT | (distance - 1), flagged by GZ_MATCH. */
+#define GZ_MATCH 0x80000000u
+#define GZ_LEN_SHIFT 16
+_Static_assert(GZ_BLOCK + GZ_MAX_MATCH <= 65535, "a stored block holds at most 65535 bytes");
+
+typedef struct gz {
+  int fd;
+  int err;          /* negative errno, sticky */
+  uint8_t *out;     /* GZ_OUT_CAP bytes, written to fd when full */
+  size_t out_len;
+  uint64_t bits;    /* pending bits, LSB first; fewer than 8 between calls */
+  unsigned nbits;
+  size_t *head;     /* hash -> last position + 1 with it (0: none) */
+  size_t *prev;     /* position % GZ_WINDOW -> previous position + 1 with its hash */
+  uint32_t *syms;   /* GZ_BLOCK: the current block's symbols */
+  uint32_t *crc_table; /* 256 entries */
+} gz_t;
+
+static void gz_flush(gz_t *g) {
+  if (g->err == 0 && g->out_len) g->err = write_all(g->fd, g->out, g->out_len);
+  g->out_len = 0;
+}
+
+static void gz_byte(gz_t *g, uint8_t b) {
+  if (g->out_len == GZ_OUT_CAP) gz_flush(g);
+  g->out[g->out_len++] = b;
+}
+
+static void gz_le32(gz_t *g, uint32_t v) {
+  for (int i = 0; i < 4; i++) gz_byte(g, (uint8_t)(v >> (8 * i)));
+}
+
+/* n <= 32 bits of v, least significant first (DEFLATE's order for everything but the
+ * Huffman codes, which gz_code reverses). */
+static void gz_bits(gz_t *g, uint32_t v, unsigned n) {
+  g->bits |= (uint64_t)v << g->nbits;
+  g->nbits += n;
+  while (g->nbits >= 8) {
+    gz_byte(g, (uint8_t)g->bits);
+    g->bits >>= 8;
+    g->nbits -= 8;
+  }
+}
+
+static void gz_align(gz_t *g) {
+  if (g->nbits) gz_bits(g, 0, 8 - g->nbits);
+}
+
+/* A Huffman code of n bits, most significant bit first. */
+static void gz_code(gz_t *g, uint32_t code, unsigned n) {
+  uint32_t r = 0;
+  for (unsigned i = 0; i < n; i++) r |= ((code >> i) & 1u) << (n - 1 - i);
+  gz_bits(g, r, n);
+}
+
+/* A literal/length symbol in the fixed code (RFC 1951, 3.2.6). */
+static unsigned gz_symbol_bits(unsigned sym) {
+  return sym < 144 ? 8 : sym < 256 ? 9 : sym < 280 ? 7 : 8;
+}
+
+static void gz_symbol(gz_t *g, unsigned sym) {
+  if (sym < 144) gz_code(g, 0x30 + sym, 8);
+  else if (sym < 256) gz_code(g, 0x190 + sym - 144, 9);
+  else if (sym < 280) gz_code(g, sym - 256, 7);
+  else gz_code(g, 0xc0 + sym - 280, 8);
+}
+
+/* A match's length 3..258 and distance 1..32768 as codes and extra bits. The codes'
+ * base values double every 4 (lengths) or 2 (distances) codes, so a code follows from
+ * the position of the top bit. */
+typedef struct gz_match_code {
+  unsigned len_sym, len_extra, len_extra_bits;
+  unsigned dist_code, dist_extra, dist_extra_bits;
+} gz_match_code_t;
+
+static gz_match_code_t gz_match_code(unsigned len, unsigned dist) {
+  gz_match_code_t c = {0};
+  unsigned x = len - 3;
+  if (len == 258) {
+    c.len_sym = 285;
+  } else if (x < 8) {
+    c.len_sym = 257 + x;
+  } else {
+    unsigned top = 31u - (unsigned)__builtin_clz(x); /* 3..7 */
+    c.len_extra_bits = top - 2;
+    c.len_sym = 257 + 4 * (top - 1) + ((x >> c.len_extra_bits) & 3);
+    c.len_extra = x & ((1u << c.len_extra_bits) - 1);
+  }
+  unsigned d = dist - 1;
+  if (d < 4) {
+    c.dist_code = d;
+  } else {
+    unsigned top = 31u - (unsigned)__builtin_clz(d); /* 2..14 */
+    c.dist_extra_bits = top - 1;
+    c.dist_code = 2 * top + ((d >> c.dist_extra_bits) & 1);
+    c.dist_extra = d & ((1u << c.dist_extra_bits) - 1);
+  }
+  return c;
+}
+
+static uint32_t gz_hash(const uint8_t *p) {
+  uint32_t v = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+  return (v * 2654435761u) >> (32 - GZ_HASH_BITS);
+}
+
+static void gz_insert(gz_t *g, const uint8_t *data, size_t pos) {
+  uint32_t h = gz_hash(data + pos);
+  g->prev[pos % GZ_WINDOW] = g->head[h];
+  g->head[h] = pos + 1;
+}
+
+/* The longest earlier match for data[pos..], 0 if shorter than GZ_MIN_MATCH. */
+static unsigned gz_longest(const gz_t *g, const uint8_t *data, size_t len, size_t pos,
+                           unsigned *dist) {
+  size_t limit = len - pos < GZ_MAX_MATCH ? len - pos : GZ_MAX_MATCH;
+  unsigned best = 0;
+  size_t cand = g->head[gz_hash(data + pos)];
+  for (int chain = GZ_MAX_CHAIN; cand != 0 && chain > 0; chain--) {
+    size_t c = cand - 1;
+    if (pos - c > GZ_WINDOW) break;
+    if (data[c + best] == data[pos + best]) {
+      size_t l = 0;
+      while (l < limit && data[c + l] == data[pos + l]) l++;
+      if (l > best) {
+        best = (unsigned)l;
+        *dist = (unsigned)(pos - c);
+        if (l == limit) break;
+      }
+    }
+    cand = g->prev[c % GZ_WINDOW]; /* older, since c is inside the window */
+  }
+  return best >= GZ_MIN_MATCH ? best : 0;
+}
+
+/* Symbols for data[pos..] until at least GZ_BLOCK bytes are covered or the data ends:
+ * the count in *nsyms, the bits they take in the fixed code in *bits; returns the end. */
+static size_t gz_scan_block(gz_t *g, const uint8_t *data, size_t len, size_t pos,
+                            size_t *nsyms, uint64_t *bits) {
+  size_t end = len - pos < GZ_BLOCK ? len : pos + GZ_BLOCK;
+  size_t n = 0;
+  uint64_t b = 0;
+  while (pos < end) {
+    unsigned dist = 0, match = 0;
+    if (len - pos >= GZ_MIN_MATCH) {
+      match = gz_longest(g, data, len, pos, &dist);
+      gz_insert(g, data, pos);
+    }
+    if (match) {
+      gz_match_code_t c = gz_match_code(match, dist);
+      b += gz_symbol_bits(c.len_sym) + c.len_extra_bits + 5 + c.dist_extra_bits;
+      g->syms[n++] = GZ_MATCH | (uint32_t)match << GZ_LEN_SHIFT | (dist - 1);
+      for (size_t i = pos + 1; i < pos + match && len - i >= GZ_MIN_MATCH; i++)
+        gz_insert(g, data, i);
+      pos += match;
+    } else {
+      b += gz_symbol_bits(data[pos]);
+      g->syms[n++] = data[pos];
+      pos++;
+    }
+  }
+  *nsyms = n;
+  *bits = b;
+  return pos;
+}
+
+static void gz_fixed_block(gz_t *g, size_t nsyms, bool final) {
+  gz_bits(g, final, 1);
+  gz_bits(g, 1, 2); /* BTYPE 01: fixed Huffman codes */
+  for (size_t i = 0; i < nsyms; i++) {
+    uint32_t s = g->syms[i];
+    if (!(s & GZ_MATCH)) {
+      gz_symbol(g, s);
+      continue;
+    }
+    gz_match_code_t c = gz_match_code((s & ~GZ_MATCH) >> GZ_LEN_SHIFT, (s & 0xffff) + 1);
+    gz_symbol(g, c.len_sym);
+    gz_bits(g, c.len_extra, c.len_extra_bits);
+    gz_code(g, c.dist_code, 5);
+    gz_bits(g, c.dist_extra, c.dist_extra_bits);
+  }
+  gz_symbol(g, 256); /* end of block */
+}
+
+static void gz_stored_block(gz_t *g, const uint8_t *p, size_t n, bool final) {
+  gz_bits(g, final, 1);
+  gz_bits(g, 0, 2); /* BTYPE 00: stored */
+  gz_align(g);
+  gz_bits(g, (uint32_t)n, 16);
+  gz_bits(g, (uint32_t)n ^ 0xffffu, 16);
+  for (size_t i = 0; i < n; i++) gz_byte(g, p[i]);
+}
+
+static void gz_deflate(gz_t *g, const uint8_t *data, size_t len) {
+  size_t pos = 0;
+  do {
+    size_t nsyms;
+    uint64_t bits;
+    size_t end = gz_scan_block(g, data, len, pos, &nsyms, &bits);
+    bool final = end == len;
+    uint64_t fixed_bits = 3 + bits + 7;
+    uint64_t stored_bits = 3 + 7 + 32 + 8 * (uint64_t)(end - pos);
+    if (fixed_bits <= stored_bits) gz_fixed_block(g, nsyms, final);
+    else gz_stored_block(g, data + pos, end - pos, final);
+    pos = end;
+  } while (pos < len && g->err == 0);
+  gz_align(g);
+}
+
+static uint32_t gz_crc32(const gz_t *g, const uint8_t *p, size_t n) {
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; i++) c = g->crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+static int gzip_to_fd(int fd, const uint8_t *data, size_t len) {
+  gz_t g = {.fd = fd};
+  size_t hash_bytes = ((size_t)1 << GZ_HASH_BITS) * sizeof(size_t);
+  size_t prev_bytes = GZ_WINDOW * sizeof(size_t);
+  size_t syms_bytes = GZ_BLOCK * sizeof(uint32_t);
+  size_t crc_bytes = 256 * sizeof(uint32_t);
+  size_t total = GZ_OUT_CAP + hash_bytes + prev_bytes + syms_bytes + crc_bytes;
+  uint8_t *mem = os_map(total); /* reads as zero: empty hash chains */
+  if (mem == NULL) return -ENOMEM;
+  g.out = mem;
+  g.head = (size_t *)(mem + GZ_OUT_CAP);
+  g.prev = (size_t *)(mem + GZ_OUT_CAP + hash_bytes);
+  g.syms = (uint32_t *)(mem + GZ_OUT_CAP + hash_bytes + prev_bytes);
+  g.crc_table = (uint32_t *)(mem + GZ_OUT_CAP + hash_bytes + prev_bytes + syms_bytes);
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    g.crc_table[i] = c;
+  }
+  /* ID1 ID2, CM = 8 (deflate), FLG = 0, MTIME = 0, XFL = 0, OS = 3 (Unix) */
+  static const uint8_t header[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  for (size_t i = 0; i < sizeof header; i++) gz_byte(&g, header[i]);
+  gz_deflate(&g, data, len);
+  gz_le32(&g, gz_crc32(&g, data, len));
+  gz_le32(&g, (uint32_t)len); /* ISIZE: the length mod 2^32 */
+  gz_flush(&g);
+  os_unmap(mem, total);
+  return g.err;
+}
+
+/* ---- API ----------------------------------------------------------------------- */
+
+static int check_args(const prof_sample_t *samples, size_t n) {
+  if (n && samples == NULL) return -EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if (samples[i].depth && samples[i].stack == NULL) return -EINVAL;
+  return 0;
+}
+
+int prof_gzip_write(int fd, const void *data, size_t len) {
+  int saved = errno;
+  int rc = (len && data == NULL) ? -EINVAL : gzip_to_fd(fd, data, len);
+  errno = saved;
+  return rc;
+}
+
+int prof_write_profile(int fd, const prof_sample_t *samples, size_t n, int64_t period,
+                       uint64_t time_ns, uint64_t duration_ns) {
+  int saved = errno;
+  writer_t w = {0};
+  int rc = check_args(samples, n);
+  if (rc == 0) rc = build_profile(&w, samples, n, period, time_ns, duration_ns);
+  if (rc == 0) rc = gzip_to_fd(fd, w.out.p, w.out.len);
+  writer_free(&w);
+  errno = saved;
+  return rc;
+}
+
+int prof_write_file(const char *path, const prof_sample_t *samples, size_t n, int64_t period,
+                    uint64_t time_ns, uint64_t duration_ns) {
+  int saved = errno;
+  writer_t w = {0};
+  int rc = path ? check_args(samples, n) : -EINVAL;
+  if (rc == 0) rc = build_profile(&w, samples, n, period, time_ns, duration_ns);
+  if (rc == 0) {
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      rc = -errno;
+    } else {
+      rc = gzip_to_fd(fd, w.out.p, w.out.len);
+      if (close(fd) != 0 && rc == 0 && errno != EINTR) rc = -errno;
+    }
+  }
+  writer_free(&w);
+  errno = saved;
+  return rc;
+}
