@@ -41,6 +41,11 @@ typedef struct hak_options {
   long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
   bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
   bool stats;           /* HAKMEM_STATS: print a report at exit */
+  bool prof;            /* HAKMEM_PROF: sample allocations from the start (prof.c) */
+  bool prof_leaks;      /* HAKMEM_PROF_LEAKS: the leak report at exit */
+  long prof_rate;       /* HAKMEM_PROF_RATE: mean bytes between samples; 1 every one */
+  long prof_peak_step;  /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
+  const char *prof_prefix; /* HAKMEM_PROF_PREFIX: files are prefix.<pid>[.what].heap */
 } hak_options_t;
 extern hak_options_t hak_opt;
 void options_init(void);

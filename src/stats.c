@@ -140,6 +140,13 @@ void stats_print(FILE *f) {
                                         : "not reserved (every free asks the region header)");
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d\n", hak_opt.purge_delay_ms,
       hak_opt.region_cache, (int)hak_opt.thp);
+  hak_prof_info_t prof;
+  hak_prof_get_info(&prof);
+  if (prof.table_bytes != 0)
+    out(f, "  profiler: %s, rate %zu, %llu samples, %zu stacks, %zu live (%.2f MiB est.), %llu dropped; tables %.2f MiB mapped\n",
+        prof.active ? "on" : "off", prof.rate, (unsigned long long)prof.samples, prof.stacks,
+        prof.live_samples, mib(prof.live_bytes_estimate), (unsigned long long)prof.dropped,
+        mib(prof.table_bytes));
 }
 
 hak_export void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }
