@@ -18,6 +18,7 @@ static void thread_exit(void *arg) {
   hak_heap_t *h = arg;
   if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
   heap_abandon(h);
+  prof_unwind_thread_exit();
 }
 
 static void fork_prepare(void) {

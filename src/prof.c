@@ -8,11 +8,11 @@
  * 1 - exp(-s/R), and a sample stands for 1 / (1 - exp(-s/R)) blocks of s bytes: the
  * estimated totals are unbiased. Rate 1 samples every allocation with weight 1.
  *
- * Stacks. libgcc's _Unwind_Backtrace reads .eh_frame, so it works in code built without
- * frame pointers (Debian's binaries). It runs before prof_lock is taken; a thread-local
- * flag keeps any allocation it, or the dynamic loader under it, makes from being sampled
- * in turn (such allocations are counted, not sampled). Leading frames inside this
- * library are dropped, so a stack starts at the function that called malloc.
+ * Stacks come from prof_unwind.c (libgcc's unwinder, with a per-thread cache), before
+ * prof_lock is taken; a thread-local flag keeps any allocation it, or the dynamic loader
+ * under it, makes from being sampled in turn (such allocations are counted, not
+ * sampled). Leading frames inside this library are dropped, so a stack starts at the
+ * function that called malloc.
  *
  * Files are written with prof_write_file, which allocates nothing, outside prof_lock:
  * at exit, at each new peak of the estimated live bytes HAKMEM_PROF_PEAK_STEP above the
@@ -38,7 +38,6 @@ static uint64_t start_ns, peak_mark;
 static bool ever_on;
 static _Atomic bool peak_writing, write_warned;
 static _Atomic unsigned dump_seq;
-static uintptr_t lib_lo, lib_hi; /* this library's code: frames to drop */
 
 static __thread bool prof_busy __attribute__((tls_model("initial-exec")));
 static __thread uint64_t prof_rng __attribute__((tls_model("initial-exec")));
@@ -89,27 +88,6 @@ static int64_t next_interval(void) {
 static double sample_scale(size_t n) {
   if (prof_rate <= 1) return 1;
   return 1 / one_minus_exp_neg((double)n / (double)prof_rate);
-}
-
-/* ---- stacks ------------------------------------------------------------------------ */
-struct unwind_state {
-  uintptr_t *out;
-  uint32_t n;
-};
-
-static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *ctx, void *arg) {
-  struct unwind_state *u = arg;
-  uintptr_t ip = _Unwind_GetIP(ctx);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (u->n == 0 && ip >= lib_lo && ip < lib_hi) return _URC_NO_REASON; /* ours */
-  u->out[u->n++] = ip;
-  return u->n >= PROF_MAX_DEPTH ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-static uint32_t unwind(uintptr_t *out) {
-  struct unwind_state u = {out, 0};
-  _Unwind_Backtrace(unwind_step, &u);
-  return u.n;
 }
 
 /* ---- files ------------------------------------------------------------------------- */
@@ -205,7 +183,7 @@ void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
   if (prof_busy || n == 0) return NULL;
   prof_busy = true;
   uintptr_t frames[PROF_MAX_DEPTH];
-  uint32_t depth = unwind(frames);
+  uint32_t depth = prof_unwind(frames);
   double scale = sample_scale(n);
   void *p = NULL;
   size_t need = n < align ? align : n;
@@ -236,23 +214,6 @@ void *prof_large_alloc(size_t n, size_t align, bool zero) {
 }
 
 /* ---- start, stop, exit, fork ------------------------------------------------------- */
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
-  uintptr_t self = (uintptr_t)arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || self < lo || self >= lo + ph->p_memsz)
-      continue;
-    /* Linked into the program itself (the static library): the program's frames are not
-     * ours, so none are dropped and stacks start inside the allocator. */
-    if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0') return 1;
-    lib_lo = lo;
-    lib_hi = lo + ph->p_memsz;
-    return 1;
-  }
-  return 0;
-}
-
 /* Every heap's countdown restarts, so that heaps made before the start sample too. The
  * store races with the owner's own subtraction; at worst a heap starts a sample late. */
 static void restart_heaps(void) {
@@ -280,7 +241,7 @@ hak_export int hak_prof_start(size_t rate) {
   if (!ever_on) {
     ever_on = true;
     start_ns = now_ns();
-    dl_iterate_phdr(find_self, (void *)(uintptr_t)&find_self);
+    prof_unwind_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   }
   if (rate > 0) prof_rate = rate > (size_t)LONG_MAX ? LONG_MAX : (long)rate;

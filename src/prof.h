@@ -2,6 +2,7 @@
  *
  *   prof_symbols.c  names for return addresses (dynamic symbols, then the ELF .symtab of
  *                   the file on disk), and the leak report's text; no malloc
+ *   prof_unwind.c   stacks: libgcc's _Unwind_Backtrace, cached per thread
  *   prof.c          sampling, the stack and live-block tables, the pool of sampled
  *                   blocks, the files (at exit, at peaks, on demand), fork
  *
@@ -41,6 +42,11 @@ size_t prof_symbolize(uintptr_t addr, char *buf, size_t size);
 void prof_leak_report(const prof_stack_t *stacks, size_t cap, long rate, size_t max);
 /* Formats x in decimal into buf (at least 24 bytes); returns the length. */
 size_t prof_fmt_u64(char *buf, uint64_t x);
+
+/* ---- prof_unwind.c: the stack of the caller, leaf first (libgcc, cached) ------- */
+void prof_unwind_init(void);          /* finds this library's code, whose frames are dropped */
+uint32_t prof_unwind(uintptr_t *out); /* out: PROF_MAX_DEPTH entries; returns the depth */
+void prof_unwind_thread_exit(void);   /* the thread's cache goes to the next thread */
 
 /* ---- prof_table.c: stacks, live blocks, the pool; all under prof_lock ---------- */
 typedef struct prof_counts {
