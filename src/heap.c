@@ -182,6 +182,8 @@ void *heap_malloc_slow(size_t n) {
   } else {
     return heap_malloc_generic(n);
   }
+  /* Here with blocks listed: a countdown that sampled nothing, or a heap just taken. */
+  if (s->free != NULL) return slab_pop(s, s->free);
   /* The hardened build's common refill: the owner's own frees become the allocation
    * list. (The default build never fills local_free.) */
   hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
