@@ -270,7 +270,7 @@ void prof_exit(void) {
     bool busy = prof_busy;
     prof_busy = true; /* dladdr may allocate; that is not a sample */
     pthread_mutex_lock(&prof_lock);
-    prof_leak_report(prof_stacks, PROF_STACK_SLOTS, prof_rate, 20);
+    prof_leak_report(prof_stacks, prof_stack_order, prof_counts.stacks_used, prof_rate, 20);
     pthread_mutex_unlock(&prof_lock);
     prof_busy = busy;
   }

@@ -39,7 +39,8 @@ typedef struct prof_stack {
  * the name from dladdr, else from the .symtab of the mapped file, else "??". */
 size_t prof_symbolize(uintptr_t addr, char *buf, size_t size);
 /* The leak report on stderr: the stacks with live bytes, largest first, at most `max`. */
-void prof_leak_report(const prof_stack_t *stacks, size_t cap, long rate, size_t max);
+void prof_leak_report(const prof_stack_t *stacks, const uint32_t *order, size_t count, long rate,
+                      size_t max);
 /* Formats x in decimal into buf (at least 24 bytes); returns the length. */
 size_t prof_fmt_u64(char *buf, uint64_t x);
 
@@ -58,6 +59,7 @@ typedef struct prof_counts {
 extern pthread_mutex_t prof_lock;
 extern prof_counts_t prof_counts;
 extern prof_stack_t *prof_stacks;
+extern uint32_t *prof_stack_order; /* prof_counts.stacks_used indexes of used slots */
 extern _Atomic size_t prof_live_big;  /* sampled large/huge blocks live: free looks them up */
 bool prof_tables_init(void);          /* maps the tables once; false if it cannot */
 size_t prof_table_bytes(void);        /* what they map */

@@ -151,13 +151,15 @@ static void put_u64(uint64_t x) {
 
 #define LEAK_FRAMES 16
 
-void prof_leak_report(const prof_stack_t *stacks, size_t cap, long rate, size_t max) {
+void prof_leak_report(const prof_stack_t *all, const uint32_t *order, size_t used, long rate,
+                      size_t max) {
   double total = 0, objects = 0;
   size_t count = 0;
-  for (size_t i = 0; i < cap; i++) {
-    if (stacks[i].hash == 0 || stacks[i].inuse_bytes < 0.5) continue;
-    total += stacks[i].inuse_bytes;
-    objects += stacks[i].inuse_objects;
+#define stacks(k) (all[order[k]])
+  for (size_t i = 0; i < used; i++) {
+    if (stacks(i).inuse_bytes < 0.5) continue;
+    total += stacks(i).inuse_bytes;
+    objects += stacks(i).inuse_objects;
     count++;
   }
   put("hakmem: leak report: ");
@@ -170,24 +172,24 @@ void prof_leak_report(const prof_stack_t *stacks, size_t cap, long rate, size_t 
   double below = 1e300; /* the largest not yet printed is below this; ties by index */
   size_t below_i = 0;
   for (size_t shown = 0; shown < max && shown < count; shown++) {
-    size_t best = cap;
-    for (size_t i = 0; i < cap; i++) {
-      double v = stacks[i].inuse_bytes;
-      if (stacks[i].hash == 0 || v < 0.5) continue;
+    size_t best = used;
+    for (size_t i = 0; i < used; i++) {
+      double v = stacks(i).inuse_bytes;
+      if (v < 0.5) continue;
       if (v > below || (v == below && i <= below_i)) continue;
-      if (best == cap || v > stacks[best].inuse_bytes) best = i;
+      if (best == used || v > stacks(best).inuse_bytes) best = i;
     }
-    if (best == cap) break;
-    below = stacks[best].inuse_bytes;
+    if (best == used) break;
+    below = stacks(best).inuse_bytes;
     below_i = best;
     put("hakmem: leak ");
     put_u64(shown + 1);
     put(": ");
-    put_u64((uint64_t)(stacks[best].inuse_bytes + 0.5));
+    put_u64((uint64_t)(stacks(best).inuse_bytes + 0.5));
     put(" bytes in ");
-    put_u64((uint64_t)(stacks[best].inuse_objects + 0.5));
+    put_u64((uint64_t)(stacks(best).inuse_objects + 0.5));
     put(" blocks allocated at\n");
-    for (uint32_t k = 0; k < stacks[best].depth && k < LEAK_FRAMES; k++) {
+    for (uint32_t k = 0; k < stacks(best).depth && k < LEAK_FRAMES; k++) {
       char line[640];
       size_t n = 0;
       n = append(line, n, sizeof line, "    #");
@@ -195,9 +197,10 @@ void prof_leak_report(const prof_stack_t *stacks, size_t cap, long rate, size_t 
       num[prof_fmt_u64(num, k)] = '\0';
       n = append(line, n, sizeof line, num);
       n = append(line, n, sizeof line, " ");
-      n += prof_symbolize(stacks[best].frames[k], line + n, sizeof line - n - 1);
+      n += prof_symbolize(stacks(best).frames[k], line + n, sizeof line - n - 1);
       line[n++] = '\n';
       hak_write_stderr(line, n);
     }
   }
+#undef stacks
 }

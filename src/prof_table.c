@@ -29,16 +29,21 @@ pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
 prof_counts_t prof_counts;
 _Atomic size_t prof_live_big;
 prof_stack_t *prof_stacks;
+uint32_t *prof_stack_order; /* the used slots, in the order they were taken */
+#define STACKS_BYTES (PROF_STACK_SLOTS * (sizeof(prof_stack_t) + sizeof(uint32_t)))
 static prof_live_t *live;
 static hak_slab_queue_t pool_avail[NUM_CLASSES], pool_full[NUM_CLASSES];
 #define stacks prof_stacks
 
 bool prof_tables_init(void) {
   if (prof_stacks != NULL) return true;
-  prof_stacks = os_map(PROF_STACK_SLOTS * sizeof(prof_stack_t));
+  prof_stacks = os_map(STACKS_BYTES);
   live = os_map(PROF_LIVE_SLOTS * sizeof(prof_live_t));
-  if (prof_stacks != NULL && live != NULL) return true;
-  if (prof_stacks) os_unmap(prof_stacks, PROF_STACK_SLOTS * sizeof(prof_stack_t));
+  if (prof_stacks != NULL && live != NULL) {
+    prof_stack_order = (uint32_t *)(prof_stacks + PROF_STACK_SLOTS);
+    return true;
+  }
+  if (prof_stacks) os_unmap(prof_stacks, STACKS_BYTES);
   if (live) os_unmap(live, PROF_LIVE_SLOTS * sizeof(prof_live_t));
   prof_stacks = NULL;
   live = NULL;
@@ -47,7 +52,7 @@ bool prof_tables_init(void) {
 
 size_t prof_table_bytes(void) {
   return prof_stacks == NULL ? 0
-                             : PROF_STACK_SLOTS * sizeof(prof_stack_t) + PROF_LIVE_SLOTS * sizeof(prof_live_t);
+                             : STACKS_BYTES + PROF_LIVE_SLOTS * sizeof(prof_live_t);
 }
 
 static uint64_t stack_hash(const uintptr_t *f, uint32_t depth) {
@@ -63,7 +68,7 @@ static uint32_t stack_find(const uintptr_t *f, uint32_t depth) {
     prof_stack_t *st = &stacks[i];
     if (st->hash == 0) {
       if (prof_counts.stacks_used >= PROF_STACK_SLOTS / 4 * 3) return NO_STACK;
-      prof_counts.stacks_used++;
+      prof_stack_order[prof_counts.stacks_used++] = (uint32_t)i;
       st->hash = h;
       st->depth = depth;
       memcpy(st->frames, f, depth * sizeof *f);
@@ -228,9 +233,8 @@ static int64_t round_value(double v) { return v < 0.5 ? 0 : (int64_t)(v + 0.5); 
 size_t prof_snapshot(prof_sample_t *out) {
   size_t n = 0;
   pthread_mutex_lock(&prof_lock);
-  for (size_t i = 0; stacks != NULL && i < PROF_STACK_SLOTS; i++) {
-    const prof_stack_t *st = &stacks[i];
-    if (st->hash == 0) continue;
+  for (size_t k = 0; stacks != NULL && k < prof_counts.stacks_used; k++) {
+    const prof_stack_t *st = &stacks[prof_stack_order[k]];
     out[n].stack = st->frames;
     out[n].depth = st->depth;
     out[n].values[PROF_ALLOC_OBJECTS] = round_value(st->alloc_objects);

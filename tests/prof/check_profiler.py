@@ -244,6 +244,29 @@ def cmd_python(args, pprof, prefix):
               "the top named stack's allocating function is not the interpreter's: %s" % named[0][1])
 
 
+def cmd_tool(args, pprof, prefix):
+    """tools/hakmem-prof: a peak and an exit picture and the top-20 table."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "hakmem-prof")
+    out_dir = prefix + "-out"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":" + os.path.dirname(pprof))
+    out = subprocess.run([sys.executable, tool, "-o", out_dir, "--lib", args.lib, "--rate", "1",
+                          "--peak-step", "1000000", "--", args.sites, "peak"],
+                         env=env, capture_output=True, text=True, timeout=240)
+    sys.stdout.write(out.stdout + out.stderr)
+    check(out.returncode == 0, "hakmem-prof failed")
+    with open(os.path.join(out_dir, "top.txt")) as f:
+        top = f.read()
+    check("== peak" in top and "== exit" in top, "top.txt lacks the peak or the exit table")
+    check("site_peak" in top, "top.txt does not name site_peak")
+    check(os.path.exists(os.path.join(out_dir, "exit.svg")), "no exit picture")
+    if "flame graph" in out.stdout:
+        with open(os.path.join(out_dir, "peak.svg")) as f:
+            check("site_peak" in f.read(), "the peak flame graph does not show site_peak")
+    else:
+        print("no inferno-flamegraph: the pictures are not checked")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sites", required=True)
