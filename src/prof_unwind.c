@@ -42,7 +42,6 @@ typedef struct ucache {
 } ucache_t;
 
 static __thread ucache_t *ucache __attribute__((tls_model("initial-exec")));
-static __thread bool ucache_failed __attribute__((tls_model("initial-exec")));
 static ucache_t *ucache_free;
 static pthread_mutex_t ucache_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -89,6 +88,8 @@ static uint32_t copy_out(const ucache_entry_t *r, uintptr_t *out) {
 }
 
 #if defined(__x86_64__)
+static __thread bool ucache_failed __attribute__((tls_model("initial-exec")));
+
 static ucache_t *cache_get(void) {
   if (ucache != NULL || ucache_failed) return ucache;
   pthread_mutex_lock(&ucache_lock);
