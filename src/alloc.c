@@ -111,6 +111,7 @@ hak_export void *hak_realloc(void *p, size_t n) {
   case MAP_HUGE: {
     size_t usable = huge_usable(p, "realloc");
     if (n == 0) {
+      prof_free_large(p);
       huge_free(p, "realloc");
       return NULL;
     }

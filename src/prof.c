@@ -229,6 +229,7 @@ static void atfork_prepare(void) { pthread_mutex_lock(&prof_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&prof_lock); }
 static void atfork_child(void) {
   pthread_mutex_init(&prof_lock, NULL);
+  prof_unwind_atfork_child();
   peak_mark = 0; /* the child's peaks, and its own files under its own pid */
   atomic_store(&write_warned, false);
   atomic_store(&peak_writing, false);

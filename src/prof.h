@@ -48,6 +48,7 @@ size_t prof_fmt_u64(char *buf, uint64_t x);
 void prof_unwind_init(void);          /* finds this library's code, whose frames are dropped */
 uint32_t prof_unwind(uintptr_t *out); /* out: PROF_MAX_DEPTH entries; returns the depth */
 void prof_unwind_thread_exit(void);   /* the thread's cache goes to the next thread */
+void prof_unwind_atfork_child(void);
 
 /* ---- prof_table.c: stacks, live blocks, the pool; all under prof_lock ---------- */
 typedef struct prof_counts {

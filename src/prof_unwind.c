@@ -136,6 +136,8 @@ hak_noinline uint32_t prof_unwind(uintptr_t *out) {
   return copy_out(&r, out);
 }
 
+void prof_unwind_atfork_child(void) { pthread_mutex_init(&ucache_lock, NULL); }
+
 void prof_unwind_thread_exit(void) {
   ucache_t *c = ucache;
   if (c == NULL) return;
