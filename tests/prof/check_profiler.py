@@ -244,6 +244,12 @@ def cmd_python(args, pprof, prefix):
               "the top named stack's allocating function is not the interpreter's: %s" % named[0][1])
 
 
+def cmd_double_free(args, pprof, prefix):
+    out = run(args, [args.sites, "double_free"], {"HAKMEM_PROF_RATE": "1"}, prefix)
+    check(out.returncode != 0 and "double free" in out.stderr,
+          "a sampled block freed twice: %d %s" % (out.returncode, out.stderr))
+
+
 def cmd_tool(args, pprof, prefix):
     """tools/hakmem-prof: a peak and an exit picture and the top-20 table."""
     tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "hakmem-prof")

@@ -9,6 +9,7 @@
  *   fork     sites in the parent and a fork; the child leaks through site_child.
  *   dump     hak_prof_dump to argv[2] while blocks are live; prints its return value.
  *   peak     grows to 48 MiB live through site_peak, frees, exits.
+ *   double_free  frees a (sampled) block twice: must abort with "double free".
  *
  * Built without frame pointers on purpose: the profiler must unwind through .eh_frame.
  * Every site stores its block before returning, so no call is a tail call. */
@@ -124,6 +125,12 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "threads") == 0) return run_threads();
   if (strcmp(mode, "fork") == 0) return run_fork(n);
   if (strcmp(mode, "peak") == 0) return run_peak();
+  if (strcmp(mode, "double_free") == 0) { /* a sampled block keeps free's checks */
+    void *p = site_small();
+    free(p);
+    free(p);
+    return 0;
+  }
   if (strcmp(mode, "dump") == 0) {
     run_sites(100);
     printf("dump %d\n", hak_prof_dump(argc > 2 ? argv[2] : NULL));
