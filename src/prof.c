@@ -21,14 +21,11 @@
 #include "prof.h"
 #include "hakmem.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
-#include <link.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <unwind.h>
 
 #define PROF_DEFAULT_PREFIX "hakmem-prof"
 
