@@ -14,7 +14,8 @@
  * pointer are read. A miss, or a stack through a signal frame, unwinds as before.
  *
  * The caches live in os_map memory, one per thread that took a sample, and go to a free
- * list at thread exit for the next thread. */
+ * list at thread exit for the next thread, which keeps the entries only if its thread
+ * descriptor, and so its stack, is where the last owner's was. */
 
 #include "prof.h"
 
@@ -37,6 +38,7 @@ typedef struct ucache_entry {
 
 typedef struct ucache {
   ucache_entry_t e[UCACHE_ENTRIES];
+  pthread_t self;         /* the thread whose stack its entries describe */
   uint32_t next;          /* round-robin victim */
   struct ucache *free_next;
 } ucache_t;
@@ -97,8 +99,15 @@ static ucache_t *cache_get(void) {
   if (c != NULL) ucache_free = c->free_next;
   pthread_mutex_unlock(&ucache_lock);
   if (c == NULL) c = os_map(sizeof *c);
-  else memset(c, 0, sizeof *c);
   ucache_failed = c == NULL;
+  if (c == NULL) return NULL;
+  /* A thread whose descriptor is where the last owner's was has its stack too: glibc
+   * puts the descriptor at the top of the thread's stack, and a thread that takes over
+   * a cached stack (thread churn) finds its entries still true. Else they go. */
+  if (!pthread_equal(c->self, pthread_self())) {
+    for (uint32_t i = 0; i < UCACHE_ENTRIES; i++) c->e[i].cfa0 = 0;
+    c->self = pthread_self();
+  }
   return ucache = c;
 }
 
