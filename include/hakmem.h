@@ -117,6 +117,28 @@ typedef struct hak_ctl_desc {
 } hak_ctl_desc_t;
 HAK_API const hak_ctl_desc_t *hak_ctl_describe(size_t index);
 
+/* The sampling heap profiler (README "Profiling", docs/profiling.md). Off unless
+ * HAKMEM_PROF=1 or hak_prof_start. It records the call stack of one allocation per
+ * `rate` bytes on average (1: every allocation) and writes pprof heap profiles.
+ * hak_prof_start: rate 0 keeps HAKMEM_PROF_RATE (default 512 KiB); returns 0, ENOMEM if
+ * its tables cannot be mapped, ENOTSUP in the hardened library. hak_prof_stop: no new
+ * samples; frees of sampled blocks are still followed. hak_prof_dump writes the
+ * profile to path (NULL: HAKMEM_PROF_PREFIX.<pid>.<n>.heap); 0 or an errno value. */
+HAK_API int hak_prof_start(size_t rate);
+HAK_API void hak_prof_stop(void);
+HAK_API int hak_prof_dump(const char *path);
+typedef struct hak_prof_info {
+  int active;                 /* sampling now */
+  size_t rate;                /* mean bytes between samples */
+  unsigned long long samples; /* taken since start */
+  size_t stacks;              /* distinct stacks recorded */
+  size_t live_samples;        /* sampled blocks not freed yet */
+  unsigned long long dropped; /* samples a full table could not keep */
+  size_t live_bytes_estimate; /* live bytes the samples stand for */
+  size_t table_bytes;         /* memory mapped for the profiler's tables (a fixed bound) */
+} hak_prof_info_t;
+HAK_API void hak_prof_get_info(hak_prof_info_t *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
 
 #include "alloc_fast.h"
 #include "hakmem.h"
+#include "prof.h"
 
 #include <errno.h>
 #include <string.h>
@@ -55,7 +56,7 @@ HAK_CHECKED_ENTRY(void *, hak_calloc, (size_t count, size_t size)) {
     errno = ENOMEM;
     return NULL;
   }
-  return large_alloc(total, 0, true); /* fresh or purged memory is not cleared again */
+  return prof_large_alloc(total, 0, true); /* fresh or purged memory is not cleared again */
 }
 
 /* Keep the block when the new size still uses at least half of it. */
@@ -95,7 +96,7 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
     if (n > REALLOC_SPAN_MIN) {
       if (slab_owner(s) == OWNER_LARGE && large_realloc_in_place(s, p, n) != NULL) return p;
       if (n > usable && n <= LARGE_MAX) {
-        void *q = large_alloc(n, 0, false);
+        void *q = prof_large_alloc(n, 0, false);
         if (q == NULL) return NULL;
         memcpy(q, p, usable);
         fast_free(p);
@@ -111,10 +112,14 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
   case MAP_HUGE: {
     size_t usable = huge_usable(p, "realloc");
     if (n == 0) {
+      prof_free_large(p);
       huge_free(p, "realloc");
       return NULL;
     }
-    if (n > LARGE_MAX) return huge_realloc(p, n);
+    if (n > LARGE_MAX) {
+      prof_free_large(p); /* a sampled block remapped is no longer followed */
+      return huge_realloc(p, n);
+    }
     return realloc_move(p, usable, n);
   }
   case MAP_HUGE_TAIL:

@@ -4,12 +4,28 @@
  * instructions with one branch on the size, one on the free list and one on the malloc
  * count (see hak_slab_t.used_ticks); free is 24 with five rarely-taken branches
  * (beyond the slab map, not the owner, not a block start, already free, the slab
- * emptied). Check any change with `make perfcheck` (callgrind, against
+ * emptied). The heap profiler's countdown adds a subtraction and a branch to malloc
+ * (prof_countdown). Check any change with `make perfcheck` (callgrind, against
  * bench/perf_baseline.json) and the disassembly. */
 #ifndef HAKMEM_ALLOC_FAST_H
 #define HAKMEM_ALLOC_FAST_H
 
 #include "internal.h"
+
+/* The heap profiler's countdown (prof.c): true when this allocation of n bytes takes
+ * h->prof_left below zero, and so may be sampled. Two instructions on x86-64: a
+ * subtraction from memory and a branch on its sign. Only a heap with a block to hand
+ * out counts here (the static empty heap, shared by threads, never does); the slow
+ * paths count the rest, after giving back what this took. */
+hak_inline bool prof_countdown(hak_heap_t *h, size_t n) {
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+  bool negative;
+  __asm__("subq %2, %0" : "+m"(h->prof_left), "=@ccs"(negative) : "r"(n));
+  return negative;
+#else
+  return (h->prof_left -= (int64_t)n) < 0;
+#endif
+}
 
 hak_inline void *fast_malloc_raw(size_t n) {
   hak_heap_t *h = hak_tls_heap;
@@ -18,6 +34,10 @@ hak_inline void *fast_malloc_raw(size_t n) {
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
       HAK_ASSERT(region_slab_of((uintptr_t)b) == s && slab_is_block_start(s, (uintptr_t)b));
+      if (hak_unlikely(prof_countdown(h, n))) { /* a sample may be due: the slow path */
+        h->prof_left += (int64_t)n;
+        return heap_malloc_slow(n);
+      }
       return slab_pop(s, b);
     }
   }

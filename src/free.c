@@ -8,12 +8,14 @@
  * Every invalid or double free ends here, with one line on stderr and abort(). */
 
 #include "internal.h"
+#include "prof.h"
 
 /* free() of a pointer outside every region: NULL, a huge block, libc's, or garbage. */
 void free_outside_regions(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   switch (region_map_kind(a)) {
   case MAP_HUGE:
+    prof_free_large(p);
     huge_free(p, fn);
     return;
   case MAP_HUGE_TAIL:
@@ -92,6 +94,7 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
   uintptr_t a = (uintptr_t)p;
   uintptr_t owner = slab_owner(s);
   if (owner == OWNER_LARGE) {
+    prof_free_large(p);
     large_free(s, p);
     return OWNER_LARGE;
   }
@@ -107,6 +110,10 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
 void heap_free_slow(void *p, hak_slab_t *s) {
   uintptr_t owner = free_checked(p, s);
   if (owner == OWNER_LARGE) return;
+  if (owner == OWNER_PROF) { /* a sampled block: back to the profiler's pool */
+    prof_free_block(p, s);
+    return;
+  }
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = block_free_tag(s);

@@ -5,6 +5,7 @@
  * (from the heap's span cache, an abandoned slab of the class, or a new span). */
 
 #include "internal.h"
+#include "prof.h"
 
 #include <errno.h>
 
@@ -167,6 +168,17 @@ static void *heap_malloc_generic(size_t n);
 void *heap_malloc_slow(size_t n) {
   hak_heap_t *h = hak_tls_heap;
   hak_slab_t *s;
+  /* Every size the fast path did not count: the profiler's countdown (prof.c). A
+   * thread's first allocation takes its heap here, so that it is counted too. */
+  if (hak_unlikely(h == &hak_heap_empty) && (h = heap_get()) == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (n < (size_t)PTRDIFF_MAX &&
+      hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
+    void *p = prof_sample(h, n, 0, false);
+    if (p != NULL) return p;
+  }
   if (hak_likely(n <= TINY_MAX)) {
     s = h->direct[(n + 15) >> 4];
   } else if (n <= MID_MAX) { /* mid sizes: the fast path, one level out */
@@ -174,6 +186,8 @@ void *heap_malloc_slow(size_t n) {
   } else {
     return heap_malloc_generic(n);
   }
+  /* Here with blocks listed: a countdown that sampled nothing, or a heap just taken. */
+  if (s->free != NULL) return slab_pop(s, s->free);
   /* The hardened build's common refill: the owner's own frees become the allocation
    * list. (The default build never fills local_free.) */
   hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;

@@ -3,6 +3,7 @@
  * fork handlers and the exit report. */
 
 #include "internal.h"
+#include "prof.h"
 
 #include <sched.h>
 #include <sys/random.h>
@@ -17,6 +18,7 @@ static void thread_exit(void *arg) {
   hak_heap_t *h = arg;
   if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
   heap_abandon(h);
+  prof_unwind_thread_exit();
 }
 
 /* The locks, in their order; the forking thread's own heap lock too, which the purge
@@ -80,8 +82,10 @@ __attribute__((constructor)) static void hak_constructor(void) {
   if (hak_key_ready) pthread_setspecific(hak_thread_key, hak_tls_heap);
   /* Loaded by the main thread (preloaded, or linked): see heap_mark_main. */
   if (syscall(SYS_gettid) == syscall(SYS_getpid)) heap_mark_main(hak_tls_heap);
+  prof_init(); /* HAKMEM_PROF: after the thread's heap and the fork handlers */
 }
 
 __attribute__((destructor)) static void hak_destructor(void) {
+  prof_exit(); /* the exit profile and leak report, before the statistics */
   if (hak_opt.stats) stats_print(stderr);
 }

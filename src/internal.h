@@ -48,6 +48,11 @@ typedef struct hak_options {
   bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
   bool background_fails; /* tests: creating it fails */
   bool stats_json;      /* HAKMEM_STATS=json: the report at exit in JSON (ctl.c) */
+  bool prof;            /* HAKMEM_PROF: sample allocations from the start (prof.c) */
+  bool prof_leaks;      /* HAKMEM_PROF_LEAKS: the leak report at exit */
+  long prof_rate;       /* HAKMEM_PROF_RATE: mean bytes between samples; 1 every one */
+  long prof_peak_step;  /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
+  const char *prof_prefix; /* HAKMEM_PROF_PREFIX: files are prefix.<pid>[.what].heap */
 } hak_options_t;
 extern hak_options_t hak_opt;
 /* How often a heap looks at its full slabs and the purge clock, at most. */

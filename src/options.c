@@ -15,6 +15,8 @@ hak_options_t hak_opt = {
     .thp = false,
     .stats = false,
     .background = true,
+    .prof_rate = 512 * 1024,
+    .prof_peak_step = 64L << 20,
 };
 
 /* Warnings are written with write(2): this runs inside the allocator's own start-up. */
@@ -62,8 +64,12 @@ static void read_bool(const char *name, bool *out) {
 /* A HAKMEM_ name that is none of ours is reported too: a misspelt one, such as
  * HAKMEM_PURGE_DELAY=0, would otherwise be a setting that silently does nothing. */
 static const char *const option_names[] = {"HAKMEM_PURGE_DELAY_MS", "HAKMEM_REGION_CACHE",
-                                           "HAKMEM_THP", "HAKMEM_STATS", "HAKMEM_BACKGROUND"};
+                                           "HAKMEM_THP", "HAKMEM_STATS", "HAKMEM_BACKGROUND",
+                                           "HAKMEM_PROF", "HAKMEM_PROF_RATE",
+                                           "HAKMEM_PROF_PREFIX", "HAKMEM_PROF_PEAK_STEP",
+                                           "HAKMEM_PROF_LEAKS"};
 enum { OPT_PURGE_DELAY_MS, OPT_REGION_CACHE, OPT_THP, OPT_STATS, OPT_BACKGROUND,
+       OPT_PROF, OPT_PROF_RATE, OPT_PROF_PREFIX, OPT_PROF_PEAK_STEP, OPT_PROF_LEAKS,
        OPTION_COUNT = sizeof option_names / sizeof option_names[0] };
 
 static bool known_option(const char *entry, size_t len) {
@@ -105,5 +111,14 @@ void options_init(void) {
   const char *bg = option_value(option_names[OPT_BACKGROUND]);
   if (bg != NULL && strcmp(bg, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;
   else read_bool(option_names[OPT_BACKGROUND], &hak_opt.background);
+  read_bool(option_names[OPT_PROF], &hak_opt.prof);
+  read_bool(option_names[OPT_PROF_LEAKS], &hak_opt.prof_leaks);
+  if (hak_opt.prof_leaks) hak_opt.prof = true; /* a leak report needs the samples */
+  if (read_long(option_names[OPT_PROF_RATE], 1, "bytes between samples, 1 or more", &x))
+    hak_opt.prof_rate = x;
+  if (read_long(option_names[OPT_PROF_PEAK_STEP], 0, "bytes, 0 for no peak profiles", &x))
+    hak_opt.prof_peak_step = x;
+  const char *prefix = option_value(option_names[OPT_PROF_PREFIX]);
+  if (prefix != NULL && *prefix != '\0') hak_opt.prof_prefix = prefix;
   errno = saved_errno;
 }

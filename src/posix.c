@@ -3,6 +3,7 @@
 
 #include "alloc_fast.h"
 #include "hakmem.h"
+#include "prof.h"
 
 #include <errno.h>
 
@@ -34,6 +35,10 @@ hak_inline void *aligned_alloc_fast(size_t align, size_t n, bool *wrapped) {
   }
   hak_block_t *b = s->free;
   if (hak_unlikely(b == NULL)) return NULL;
+  if (hak_unlikely(prof_countdown(hak_tls_heap, n))) { /* the slow path counts it */
+    hak_tls_heap->prof_left += (int64_t)n;
+    return NULL;
+  }
   return slab_pop_counted(s, b, wrapped);
 }
 
@@ -45,6 +50,11 @@ static hak_noinline void *aligned_alloc_slow(size_t align, size_t n) {
   if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
     errno = ENOMEM;
     return NULL;
+  }
+  hak_heap_t *h = hak_tls_heap;
+  if (h != &hak_heap_empty && hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
+    void *p = prof_sample(h, n, align, false);
+    if (p != NULL) return p;
   }
   size_t need = n + SECURE_TAIL;
   if (need <= MID_MAX && align <= MID_MAX) {
@@ -60,7 +70,7 @@ static hak_noinline void *aligned_alloc_slow(size_t align, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  return large_alloc(n, align, false);
+  return large_alloc(n, align, false); /* counted above */
 }
 
 /* posix_memalign leaves errno alone; only the slow path can touch it. */

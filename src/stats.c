@@ -189,6 +189,13 @@ void stats_print(FILE *f) {
       __atomic_load_n(&hak_opt.region_cache, __ATOMIC_RELAXED), (int)hak_opt.thp,
       __atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED) ? "json"
       : __atomic_load_n(&hak_opt.stats, __ATOMIC_RELAXED)    ? "1" : "0");
+  hak_prof_info_t prof;
+  hak_prof_get_info(&prof);
+  if (prof.table_bytes != 0)
+    out(f, "  profiler: %s, rate %zu, %llu samples, %zu stacks, %zu live (%.2f MiB est.), %llu dropped; tables %.2f MiB mapped\n",
+        prof.active ? "on" : "off", prof.rate, (unsigned long long)prof.samples, prof.stacks,
+        prof.live_samples, mib(prof.live_bytes_estimate), (unsigned long long)prof.dropped,
+        mib(prof.table_bytes));
 }
 
 hak_export void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }

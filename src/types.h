@@ -124,6 +124,9 @@ _Static_assert(NUM_CLASSES <= 64, "hak_heap_t.stale_classes has a bit per class"
 /* ---- owner word values ---------------------------------------------------------- */
 #define SLAB_FULL ((uintptr_t)1)   /* or'ed into a heap address */
 #define OWNER_NONE ((uintptr_t)0)  /* free unit, region header: never a valid block */
+/* A slab of the heap profiler's pool (prof.c): its blocks were sampled. Below
+ * OWNER_ABANDONED, so every free of one leaves the fast paths for heap_free_slow. */
+#define OWNER_PROF ((uintptr_t)0x08)
 #define OWNER_ABANDONED ((uintptr_t)0x10) /* owner thread exited; live blocks remain */
 #define OWNER_LARGE ((uintptr_t)0x20)     /* one large block; freed on the slow path */
 #define OWNER_CACHED ((uintptr_t)0x30)    /* a free span in a heap's span cache */
@@ -221,6 +224,10 @@ typedef struct hak_span_cache {
 } hak_span_cache_t;
 
 typedef struct hak_heap {
+  /* Bytes the heap profiler lets this heap allocate before its next sample (prof.c):
+   * malloc subtracts the size and takes the slow path when it goes negative. 0 in a new
+   * heap (the first malloc asks prof.c), INT64_MAX while profiling is off. */
+  int64_t prof_left;
   /* Fast path: current slab for each 16-byte size step <= 1 KiB, then for each mid class
    * <= ALIGNED_DIRECT_MAX (aligned allocation's). Never NULL: an empty queue points at
    * the static empty slab, so "no heap yet" and "refill" are the same miss. */
