@@ -83,6 +83,9 @@ HAK_RESOLVER_SAFE int checker_at_load(void) {
   if (m == CHECKER_NONE && sanitizer_loaded() != NULL) m = CHECKER_SANITIZER;
   checker_decided = m;
   hak_checker = m;
+  /* Under a checker, no purge thread: it would show in the checker's reports (a thread
+   * still running at exit, its stack "possibly lost") and memory use is not the point. */
+  if (m != CHECKER_NONE) hak_opt.background = false;
   return m;
 }
 
