@@ -15,6 +15,7 @@ bool hak_key_ready;
 
 static void thread_exit(void *arg) {
   hak_heap_t *h = arg;
+  heap_user_thread_exit(h); /* its user heaps go into its heap first */
   if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
   heap_abandon(h);
 }
@@ -33,6 +34,7 @@ static void fork_child(void) {
   pthread_mutex_init(&region_lock, NULL);
   pthread_mutex_init(&heaps_lock, NULL);
   heap_atfork_child();
+  heap_user_atfork_child();
 }
 
 static uintptr_t random_word(void) {

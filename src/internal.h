@@ -120,6 +120,10 @@ hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab
 hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
   return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
 }
+/* The user heap whose slab s is, or NULL (see hak_slab_t.user_heap). */
+hak_inline struct hak_heap *slab_user_heap(const hak_slab_t *s) {
+  return __atomic_load_n(&s->user_heap, __ATOMIC_RELAXED);
+}
 hak_inline uintptr_t slab_base(const hak_slab_t *s) {
   return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
 }
@@ -253,6 +257,7 @@ hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
 /* Every 256th malloc from a slab: deferred work if due; returns b (never NULL, which
  * lets callers that check for NULL after a pop skip the check on this path). */
 __attribute__((returns_nonnull)) void *heap_malloc_tick(void *b);
+__attribute__((returns_nonnull)) void *heap_malloc_tick_in(struct hak_heap *h, void *b);
 /* Takes b, the head of s->free, off the list; *wrapped: the caller must pass it to
  * heap_malloc_tick before handing it out. */
 hak_inline void *slab_pop_counted(hak_slab_t *s, hak_block_t *b, bool *wrapped) {
@@ -327,7 +332,10 @@ size_t large_usable(const hak_slab_t *s, const void *p);
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */
 
 /* ---- heap_queue.c: a heap's class queues and their pinned heads ------------------ */
+/* The thread's own heap (what its slabs' owner words hold, and free compares), and the
+ * heap malloc allocates from: the same, or a user heap chosen by hak_heap_set_default. */
 extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+extern __thread hak_heap_t *hak_tls_alloc __attribute__((tls_model("initial-exec")));
 extern hak_heap_t hak_heap_empty; /* every thread's heap until it has one */
 extern hak_slab_t hak_slab_empty;
 
@@ -355,6 +363,8 @@ hak_inline void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
   s->next = s->prev = NULL;
   q->count--;
 }
+/* The value h's slabs' owner words hold (see hak_heap_t.owner_id). */
+hak_inline uintptr_t heap_owner_word(const hak_heap_t *h) { return h->owner_id; }
 /* Drops the pin of class c (before the heap gives its slabs away). */
 hak_inline void heap_unpin(hak_heap_t *h, uint32_t c) {
   if (h->pinned[c]) h->pinned[c]->used--;
@@ -362,21 +372,23 @@ hak_inline void heap_unpin(hak_heap_t *h, uint32_t c) {
 }
 void heap_head_changed(hak_heap_t *h, uint32_t c); /* after anything that may move a head */
 void heap_release_slab(hak_heap_t *h, hak_slab_t *s); /* an empty slab leaves the heap */
-void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back */
+void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back (h: the
+                                                         thread's heap; s may be a user heap's) */
 
 /* ---- remote.c: frees into other threads' slabs, batched ------------------------ */
-void remote_chain_flush(struct hak_remote_chain *rc);
-void remote_chain_start(struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
+void remote_chain_flush(hak_heap_t *h, struct hak_remote_chain *rc);
+void remote_chain_start(hak_heap_t *h, struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
 void heap_remote_flush(hak_heap_t *h); /* push every pending chain */
+void remote_push_one(hak_slab_t *s, hak_block_t *b); /* a thread without a heap frees b */
 hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
   struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
   if (hak_unlikely(rc->slab != s)) {
-    remote_chain_start(rc, s, b);
+    remote_chain_start(h, rc, s, b);
     return;
   }
   block_set_next(b, rc->head);
   rc->head = b;
-  if (++rc->count >= rc->limit) remote_chain_flush(rc);
+  if (++rc->count >= rc->limit) remote_chain_flush(h, rc);
 }
 
 /* ---- heap_handover.c: heaps as objects, thread exit, abandoned slabs ------------- */
@@ -386,6 +398,9 @@ extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
 /* The heap of the last block this thread freed before it had a heap of its own. */
 extern __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
 hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
+hak_heap_t *heap_struct_alloc(void); /* cleared, on the list of all heaps */
+void heap_struct_free(hak_heap_t *h); /* off the list, back to the pool */
+void heap_unlist_locked(hak_heap_t *h); /* off the list of all heaps (idempotent) */
 void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
 hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
 void heap_sweep_abandoned_locked(uint64_t now, bool all);
@@ -444,6 +459,8 @@ struct mallinfo2 hak_mallinfo2(void);
 void hak_process_init(void);
 extern pthread_key_t hak_thread_key;
 extern bool hak_key_ready;
+
+#include "heap_user.h" /* heaps as handles: heap_handle.c, heap_user.c, their hooks */
 
 #pragma GCC visibility pop
 

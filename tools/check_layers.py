@@ -29,6 +29,7 @@ ALLOWED = {
     ("span_cache.c", "hak_heap_empty"),
     ("large.c", "hak_heap_empty"),
     ("large.c", "hak_tls_heap"),
+    ("large.c", "hak_tls_alloc"),
 }
 
 
