@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Instruction-count regression check for hakmem's fast paths (`make perfcheck`).
 
-Runs the suite's callgrind loops (harness/workloads.py CALLGRIND_LOOPS) with hakmem
-preloaded at N iterations and at zero, and reports (total(N) - total(0)) / N
-instructions per malloc+free pair. Fails when any figure rises more than 3% above
+Runs the suite's callgrind loops (harness/workloads.py CALLGRIND_LOOPS), and the same
+loops through the heap API (HEAP_LOOPS), with hakmem preloaded at N iterations and at
+zero, and reports (total(N) - total(0)) / N instructions per malloc+free pair. Fails when any figure rises more than 3% above
 bench/perf_baseline.json. Callgrind counts instructions, not time, so the figures repeat
 exactly for the same binaries; update the baseline (--update) only with a measured
 improvement.
@@ -17,7 +17,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "harness"))
 from runner import callgrind_argv, parse_callgrind_total  # noqa: E402
-from workloads import CALLGRIND_LOOPS  # noqa: E402
+from workloads import CALLGRIND_LOOPS, HEAP_LOOPS  # noqa: E402
 
 BASELINE = os.path.join(HERE, "perf_baseline.json")
 TOLERANCE = 0.03
@@ -35,7 +35,7 @@ def callgrind_total(argv, lib):
 
 def measure(binary, lib):
     figures = {}
-    for loop in CALLGRIND_LOOPS:
+    for loop in CALLGRIND_LOOPS + HEAP_LOOPS:
         n = loop.iterations[SCALE]
         full = callgrind_total([binary] + loop.args(n), lib)
         zero = callgrind_total([binary] + loop.args(0), lib)

@@ -139,6 +139,87 @@ typedef struct hak_prof_info {
 } hak_prof_info_t;
 HAK_API void hak_prof_get_info(hak_prof_info_t *info);
 
+/* ---- Heaps ------------------------------------------------------------------------
+ * A heap holds blocks that are dropped together: make one for a request, a pass, a
+ * frame, allocate into it, and destroy it, which frees every block in it at once, at a
+ * cost proportional to the memory it holds (its slabs and big blocks), not to its
+ * blocks. Its memory goes back to the process for reuse at once (the thread keeps up to
+ * 16 MiB of slabs for its next heap, for the purge delay), and to the OS after the purge
+ * delay (HAKMEM_PURGE_DELAY_MS), like any free memory.
+ *
+ * Threads. A heap belongs to the thread that made it: only that thread may allocate
+ * from it, destroy or release it, make it its default or visit it; any other thread
+ * doing so is reported. The result of every hak_heap_ allocation is an ordinary block:
+ * free() and realloc() take it, from any thread, and the owner frees it as fast as a
+ * block of its own heap. Other threads' frees are cross-thread frees as usual; until
+ * they are handed over (in batches of up to 32 blocks or 4 KiB per slab, or when that
+ * thread next takes a slow path or exits), the destroyed heap's memory is not reused.
+ *
+ * Destroy and the blocks in flight. A block of a destroyed heap is freed: using it is a
+ * use after free, and freeing it, from any thread, is reported ("hakmem: free(): invalid
+ * pointer", "double free" or "block of a destroyed heap") as long as its memory has not
+ * been reused; a free that races with the destruction itself is reported or harmless.
+ * The hardened library keeps the last 64 MiB of destroyed heaps' memory from reuse, and
+ * never reuses a destroyed heap's handle.
+ *
+ * Thread exit: a thread's heaps that are still alive are released (below): their
+ * blocks stay valid and go wherever the exiting thread's own blocks go; their handles
+ * read as destroyed. fork(): the child keeps the heaps of the thread that forked, with
+ * their blocks; the other threads' heaps are, in the child, as if those threads had
+ * exited: their blocks stay valid (freeing them is safe), their handles read as
+ * destroyed.
+ *
+ * Misuse of a handle (not a heap, destroyed, another thread's, destroying the thread's
+ * own heap) prints one line ("hakmem: hak_heap_destroy(): destroyed heap 0x...") and
+ * aborts. The default library checks handles in O(1) from the memory heaps live in, so
+ * a destroyed heap's handle is recognised until a new heap reuses its structure (the
+ * thread's next one often does). */
+typedef struct hak_heap hak_heap_t;
+
+/* A new, empty heap owned by the calling thread; NULL with errno = ENOMEM. */
+HAK_API hak_heap_t *hak_heap_new(void);
+/* Frees every block of the heap and the heap. */
+HAK_API void hak_heap_destroy(hak_heap_t *heap);
+/* Drops the heap but keeps its blocks alive: they move to the thread's own heap (the one
+ * malloc used before any hak_heap_set_default), to be freed one by one. */
+HAK_API void hak_heap_release(hak_heap_t *heap);
+
+/* Allocation from a heap: the same size classes, alignment (16 bytes), limits and errno
+ * rules as hak_malloc and friends. A block realloc can keep in place stays in its heap
+ * (whichever that is); one it moves comes from `heap`. */
+HAK_API HAK_MALLOC_ATTR void *hak_heap_malloc(hak_heap_t *heap, size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_heap_calloc(hak_heap_t *heap, size_t count, size_t size);
+HAK_API void *hak_heap_realloc(hak_heap_t *heap, void *p, size_t size);
+HAK_API HAK_MALLOC_ATTR void *hak_heap_aligned_alloc(hak_heap_t *heap, size_t alignment, size_t size);
+HAK_API int hak_heap_posix_memalign(hak_heap_t *heap, void **out, size_t alignment, size_t size);
+
+/* The heap plain malloc (calloc, realloc, aligned allocation, operator new) allocates
+ * from on the calling thread: its own heap unless set otherwise. set_default makes
+ * `heap` (NULL: the thread's own) the default and returns the previous one; destroying
+ * or releasing the default heap makes the thread's own heap the default again. */
+HAK_API hak_heap_t *hak_heap_set_default(hak_heap_t *heap);
+HAK_API hak_heap_t *hak_heap_get_default(void);
+
+/* On the heap's thread (a user heap, or the thread's own heap): calls visitor on every
+ * live block with its usable size, until it returns non-zero; returns that value, or 0.
+ * The visitor must not allocate from the heap, free its blocks or destroy it. Blocks
+ * that other threads freed but have not handed over yet are not visited. */
+HAK_API int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t size, void *arg),
+                           void *arg);
+
+/* A heap's figures (a snapshot), from any thread, provided the heap is not destroyed or
+ * released meanwhile. Blocks other threads freed that still wait to be handed over
+ * count as live. */
+typedef struct hak_heap_stats {
+  size_t in_use;   /* bytes in live blocks (block sizes, as hak_info_t counts them) */
+  size_t blocks;   /* live blocks */
+  size_t reserved; /* bytes the heap holds: its slabs, spans it keeps, its big blocks */
+  size_t peak;     /* the most it has held at once (a user heap; else `reserved`): an
+                      upper bound on its peak bytes in use */
+  size_t slabs;    /* slabs of small and mid blocks */
+} hak_heap_stats_t;
+HAK_API void hak_heap_stats(hak_heap_t *heap, hak_heap_stats_t *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,7 +28,7 @@ hak_inline bool prof_countdown(hak_heap_t *h, size_t n) {
 }
 
 hak_inline void *fast_malloc_raw(size_t n) {
-  hak_heap_t *h = hak_tls_heap;
+  hak_heap_t *h = hak_tls_alloc; /* the thread's heap, or the user heap it chose */
   if (hak_likely(n <= TINY_MAX)) {
     hak_slab_t *s = h->direct[(n + 15) >> 4];
     hak_block_t *b = s->free;
@@ -65,7 +65,7 @@ hak_inline void fast_free(void *p) {
     hak_heap_t *h = hak_tls_heap;
     hak_block_t *b = (hak_block_t *)p;
     /* Owner, block start, not already free. The owner word is read plainly: only this
-     * thread can make it equal to its own heap. */
+     * thread can make it equal to its own heap. (Its user heaps' slabs name it too.) */
     if (hak_likely(hak_tso_load(&s->owner) == (uintptr_t)h && slab_is_block_start_owned(s, a) &&
                    b->free_tag != block_free_tag(s))) {
       /* Straight back on the list malloc pops: the next malloc of the class gets the

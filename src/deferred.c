@@ -35,7 +35,7 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
       slab_collect(s);
       if (s->used == 0 || s->free != NULL) {
         queue_remove(&h->full[c], s);
-        __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->owner, heap_owner_word(h), __ATOMIC_RELEASE);
         if (s->used == 0) {
           released += (size_t)s->units * UNIT_SIZE;
           heap_release_slab(h, s);
@@ -133,6 +133,7 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
     pthread_mutex_unlock(&region_lock);
   }
   pthread_mutex_unlock(&h->lock);
+  if (h->spare != NULL) heap_spare_trim(h, now, false);
   heap_others_if_due(h, now);
 }
 
@@ -168,6 +169,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
     pthread_mutex_unlock(&h->lock);
   }
   uint64_t now = os_now_ms();
+  if (h != &hak_heap_empty) released += heap_spare_trim(h, now, true);
   heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
   released += heap_reclaim_idle(h, now, true);
   pthread_mutex_lock(&region_lock);
@@ -239,6 +241,10 @@ size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved)
       rc->head = rc->tail = NULL;
       rc->count = 0;
       chains[i] = NULL;
+      if (h->remote_user[i] != NULL) { /* pushed: as remote_chain_flush does */
+        heap_user_unref(h->remote_user[i]);
+        h->remote_user[i] = NULL;
+      }
     }
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       hak_slab_t *s = h->pinned[c];

@@ -122,9 +122,10 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   if (!mine) {
     b->free_tag = tag;
     if (h != &hak_heap_empty) heap_remote_batch(h, s, b);
-    else slab_remote_push(s, b, b, 1);
+    else remote_push_one(s, b);
     return;
   }
+  if (slab_user_heap(s) != NULL) h = slab_user_heap(s); /* one of this thread's user heaps */
   /* Onto the list malloc pops, as the fast path does: a block on local_free would cost
    * the slab's next turn as head one more refill. The hardened build's frees all go to
    * local_free. */
@@ -138,7 +139,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
     uint32_t c = s->class_idx;
     queue_remove(&h->full[c], s);
     queue_push_back(&h->queue[c], s);
-    __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->owner, heap_owner_word(h), __ATOMIC_RELEASE);
     if (h->queue[c].head == s) heap_head_changed(h, c); /* the queue was empty */
     pthread_mutex_unlock(&h->lock);
   }

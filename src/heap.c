@@ -24,7 +24,7 @@ static hak_noinline hak_slab_t *heap_reclaim_full_scan(hak_heap_t *h, uint32_t c
       slab_collect(s);
       if (s->free != NULL) { /* (a count alone may arrive after its blocks were taken) */
         queue_remove(full, s);
-        __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->owner, heap_owner_word(h), __ATOMIC_RELEASE);
         return s;
       }
     }
@@ -71,23 +71,29 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   /* 1. A full slab of ours that other threads have freed into. */
   hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
   if (s != NULL) return s;
-  /* 2. A span from our cache; 3. an abandoned slab of this class; 4. a new span. Each
-   * may hold pages an earlier use wrote: if so, the next deferred pass looks at the
-   * class. */
+  /* 2. A span from our cache; 3. an abandoned slab of this class (a thread heap only:
+   * one holds other heaps' live blocks, which destroying a user heap would free); 4. a
+   * new span. Each may hold pages an earlier use wrote: if so, the next deferred pass
+   * looks at the class. */
+  bool user = h->kind == HEAP_KIND_USER;
   s = span_cache_take(h, class_units[c], class_units[c]);
   if (s != NULL) {
-    slab_init(s, c, (uintptr_t)h);
+    slab_init(s, c, heap_owner_word(h));
   } else {
     pthread_mutex_lock(&region_lock);
-    s = heap_adopt_locked(h, c);
+    s = user ? NULL : heap_adopt_locked(h, c);
     if (s == NULL) {
       s = span_alloc(class_units[c]);
-      if (s) slab_init(s, c, (uintptr_t)h);
+      if (s) slab_init(s, c, heap_owner_word(h));
     }
     pthread_mutex_unlock(&region_lock);
     if (s == NULL) return NULL;
     stats_note_in_use();
+    if (user) heap_held_grow(h, (size_t)s->units * UNIT_SIZE);
   }
+  __atomic_store_n(&s->user_gen, user ? atomic_load_explicit(&h->gen, memory_order_relaxed) : 0,
+                   __ATOMIC_RELAXED);
+  __atomic_store_n(&s->user_heap, user ? h : NULL, __ATOMIC_RELEASE);
   if (slab_has_stale(s)) h->stale_classes |= (uint64_t)1 << c;
   return s;
 }
@@ -133,11 +139,11 @@ static hak_slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
     /* Nothing left: park it on the full list until a free arrives. */
     queue_remove(q, s);
     queue_push_back(&h->full[c], s);
-    __atomic_store_n(&s->owner, (uintptr_t)h | SLAB_FULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->owner, heap_owner_word(h) | SLAB_FULL, __ATOMIC_RELEASE);
   }
   if (s->free == NULL && !slab_extend(s)) return NULL;
   heap_head_changed(h, c);
-  HAK_ASSERT(slab_owner(s) == (uintptr_t)h && s->class_idx == c);
+  HAK_ASSERT(slab_owner(s) == heap_owner_word(h) && s->class_idx == c);
   if (HAKMEM_DEBUG >= 2) slab_check(s);
   return s;
 }
@@ -165,8 +171,26 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
 
 static void *heap_malloc_generic(size_t n);
 
+/* User heap h's head s has nothing listed and nothing came back, but room to carve,
+ * and the refill would find nothing better (no other slab with blocks to reuse, no full
+ * slab that others freed into): carve it here, without the lock or the clock. A heap
+ * being filled (what a user heap mostly is) would otherwise refill once per page of
+ * blocks, and for blocks of a page or more at every one or two. Only the owner changes
+ * a user heap's lists (idle reclaim leaves user heaps alone), so they are read here
+ * without the lock. */
+static hak_slab_t *heap_carve_head(hak_heap_t *h, hak_slab_t *s) {
+  if (h->kind != HEAP_KIND_USER || s->capacity >= s->reserved || slab_has_remote(s) ||
+      (HAKMEM_SECURE && s->local_free != NULL))
+    return NULL;
+  if (s->next != NULL && s->next->capacity != 0) return NULL; /* queue_next_head's turn */
+  if (h->full[s->class_idx].head != NULL && atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
+    return NULL;
+  slab_extend(s);
+  return s;
+}
+
 void *heap_malloc_slow(size_t n) {
-  hak_heap_t *h = hak_tls_heap;
+  hak_heap_t *h = hak_tls_alloc;
   hak_slab_t *s;
   /* Every size the fast path did not count: the profiler's countdown (prof.c). A
    * thread's first allocation takes its heap here, so that it is counted too. */
@@ -195,30 +219,57 @@ void *heap_malloc_slow(size_t n) {
     s->local_free = NULL;
     return slab_pop(s, b);
   }
+  if (s != &hak_slab_empty && heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
   return heap_malloc_generic(n);
 }
 
+/* The heap malloc allocates from, the thread's own made first if need be; NULL when
+ * there is no memory for one. */
+static hak_heap_t *heap_alloc_get(void) {
+  hak_heap_t *h = hak_tls_alloc;
+  if (hak_likely(h != &hak_heap_empty)) return h;
+  if (heap_get() == NULL) return NULL;
+  return hak_tls_alloc;
+}
+
+/* Deferred work for the heap allocated from and, when that is a user heap, for the
+ * thread's own, whose remote chains hold the thread's frees into other heaps. */
+static void heap_alloc_deferred(hak_heap_t *h) {
+  heap_deferred_if_due(h);
+  hak_heap_t *home = hak_tls_heap;
+  /* (h is a user heap; once both have run, they fall due together: one clock read) */
+  if (hak_unlikely(h != home) && home->next_deferred_ms < h->next_deferred_ms) heap_deferred_if_due(home);
+}
+
+static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_slab_t *s);
+
+/* Small enough to inline into malloc's slow path: mid sizes pop their head here. */
 void *heap_alloc_class_refill(uint32_t c) {
-  hak_heap_t *h = hak_tls_heap;
+  hak_heap_t *h = hak_tls_alloc;
   hak_slab_t *s = h->queue[c].head; /* NULL in the empty heap */
+  if (hak_likely(s != NULL && s->free != NULL)) return slab_pop(s, s->free);
+  return heap_alloc_class_miss(h, c, s);
+}
+
+static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_slab_t *s) {
   if (s != NULL) {
-    if (s->free != NULL) return slab_pop(s, s->free);
     hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
     if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
       s->local_free = NULL;
       return slab_pop(s, b);
     }
+    if (heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
   }
-  if ((h = heap_get()) == NULL) {
+  if ((h = heap_alloc_get()) == NULL) {
     errno = ENOMEM;
     return NULL;
   }
-  heap_deferred_if_due(h);
+  heap_alloc_deferred(h);
   return heap_alloc_class(h, c);
 }
 
 static hak_noinline void *heap_malloc_generic(size_t n) {
-  hak_heap_t *h = heap_get();
+  hak_heap_t *h = heap_alloc_get();
   if (hak_unlikely(h == NULL)) {
     errno = ENOMEM;
     return NULL;
@@ -227,7 +278,7 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  heap_deferred_if_due(h); /* a refill or a large block */
+  heap_alloc_deferred(h); /* a refill or a large block */
   if (n <= MID_MAX) return heap_alloc_class(h, size_to_class(n));
   void *p = large_alloc(n, 0, false);
   purge_thread_poke();
@@ -235,6 +286,15 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
 }
 
 void *heap_malloc_tick(void *b) {
-  heap_deferred_if_due(hak_tls_heap);
+  hak_heap_t *h = hak_tls_alloc;
+  if (hak_unlikely(h != hak_tls_heap)) return heap_malloc_tick_in(h, b);
+  heap_deferred_if_due(h);
+  return b;
+}
+
+/* The same for a block popped from user heap h's slab through hak_heap_malloc, which
+ * need not be the heap malloc allocates from. */
+hak_noinline void *heap_malloc_tick_in(hak_heap_t *h, void *b) {
+  heap_alloc_deferred(h);
   return b;
 }

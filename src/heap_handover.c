@@ -8,41 +8,30 @@
 #include "internal.h"
 
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
 pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 hak_heap_t *heaps_all;
 static hak_heap_t *heaps_pool;
-static char *heaps_chunk;
-static size_t heaps_chunk_left;
 
 /* Slabs whose owner exited while blocks were live, per class; under region_lock. */
 hak_slab_queue_t heap_abandoned[NUM_CLASSES];
 
 /* ---- heap life cycle ---------------------------------------------------------------- */
-static hak_heap_t *heap_struct_alloc(void) {
-  hak_heap_t *h = NULL;
+/* A cleared heap structure on the list of all heaps (heap_handle.c's slots, recycled
+ * through the pool). Its lock, reference count and generation are kept: a thread that
+ * read an old user heap's address may still take the lock or count a reference. */
+hak_heap_t *heap_struct_alloc(void) {
   pthread_mutex_lock(&heaps_lock);
-  if (heaps_pool) {
-    h = heaps_pool;
-    heaps_pool = h->pool_next;
-  } else {
-    size_t sz = (sizeof(hak_heap_t) + 63) & ~(size_t)63;
-    if (heaps_chunk_left < sz) {
-      size_t chunk = 64 * sz;
-      heaps_chunk = os_map(chunk);
-      heaps_chunk_left = heaps_chunk ? chunk : 0;
-    }
-    if (heaps_chunk_left >= sz) {
-      h = (hak_heap_t *)heaps_chunk;
-      heaps_chunk += sz;
-      heaps_chunk_left -= sz;
-    }
-  }
+  hak_heap_t *h = heaps_pool;
+  if (h != NULL) heaps_pool = h->pool_next;
+  else h = heap_slot_new();
   if (h) {
-    memset(h, 0, sizeof *h);
-    pthread_mutex_init(&h->lock, NULL);
+    memset(h, 0, offsetof(hak_heap_t, lock));
+    h->owner_id = (uintptr_t)h;
+    heap_slot_set_state(h, HEAP_SLOT_THREAD);
     h->all_next = heaps_all;
     if (heaps_all) heaps_all->all_prev = h;
     heaps_all = h;
@@ -51,11 +40,18 @@ static hak_heap_t *heap_struct_alloc(void) {
   return h;
 }
 
-static void heap_struct_free(hak_heap_t *h) {
-  pthread_mutex_lock(&heaps_lock);
+/* Takes h off the list of all heaps, if it is on it. Caller holds heaps_lock. */
+void heap_unlist_locked(hak_heap_t *h) {
+  if (h->all_next == h) return;
   if (h->all_prev) h->all_prev->all_next = h->all_next;
   else heaps_all = h->all_next;
   if (h->all_next) h->all_next->all_prev = h->all_prev;
+  h->all_next = h->all_prev = h; /* unlisted */
+}
+
+void heap_struct_free(hak_heap_t *h) {
+  pthread_mutex_lock(&heaps_lock);
+  heap_unlist_locked(h);
   h->pool_next = heaps_pool;
   heaps_pool = h;
   pthread_mutex_unlock(&heaps_lock);
@@ -226,7 +222,7 @@ hak_heap_t *heap_get(void) {
     atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
   }
   __atomic_store_n(&h->tid, os_thread_id(), __ATOMIC_RELAXED);
-  hak_tls_heap = h;
+  hak_tls_heap = hak_tls_alloc = h;
   atomic_fetch_add_explicit(&hak_gstats.threads_started, 1, memory_order_relaxed);
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
   if (hak_key_ready) pthread_setspecific(hak_thread_key, h);
@@ -330,7 +326,8 @@ size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all) {
   uint64_t idle_ms = purge_period_ms();
   hak_slab_t *taken = NULL;
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
-    if (h == self || pthread_mutex_trylock(&h->lock) != 0) continue;
+    /* (A user heap gives its memory back when it is destroyed.) */
+    if (h == self || h->kind == HEAP_KIND_USER || pthread_mutex_trylock(&h->lock) != 0) continue;
     if (all || h->next_deferred_ms + idle_ms <= now) heap_take_remote_freed(h, &taken);
     pthread_mutex_unlock(&h->lock);
   }
@@ -394,7 +391,7 @@ void heap_abandon(hak_heap_t *h) {
   if (h == NULL || h == &hak_heap_empty) return;
   atomic_fetch_add_explicit(&hak_gstats.threads_exited, 1, memory_order_relaxed);
   heap_remote_flush(h);
-  hak_tls_heap = &hak_heap_empty;
+  hak_tls_heap = hak_tls_alloc = &hak_heap_empty;
   __atomic_store_n(&h->tid, 0, __ATOMIC_RELAXED); /* no thread owns it any more */
   uint64_t now = os_now_ms();
   hak_heap_t *excess = heap_park(h, now);

@@ -1,6 +1,8 @@
 /* A heap's class queues: the slab at each head, which the fast path allocates from and
  * which carries a pin, and slabs leaving a heap when their last block comes back. Also
- * the static empty heap that a thread uses until it has one of its own. */
+ * the static empty heap that a thread uses until it has one of its own, and the
+ * thread's two heap pointers: its own heap, which its slabs' owner words name, and the
+ * heap malloc allocates from (the same, unless hak_heap_set_default chose a user heap). */
 
 #include "internal.h"
 
@@ -9,6 +11,7 @@
 hak_slab_t hak_slab_empty = {.owner = OWNER_NONE};
 hak_heap_t hak_heap_empty = {.direct = {[0 ... ALL_DIRECT_SLOTS - 1] = &hak_slab_empty}};
 __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+__thread hak_heap_t *hak_tls_alloc __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
 
 /* An emptied slab's span goes to the heap's span cache (or, past it, to its region). */
 void heap_release_slab(hak_heap_t *h, hak_slab_t *s) { span_cache_put(h, s, os_now_ms()); }
@@ -40,6 +43,8 @@ void heap_head_changed(hak_heap_t *h, uint32_t c) {
 }
 
 void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
+  /* The owner's free found its own slab; it may be one of its user heaps'. */
+  if (slab_user_heap(s) != NULL) h = slab_user_heap(s);
   HAK_ASSERT(s->used == 0 && h->pinned[s->class_idx] != s);
   if (HAKMEM_DEBUG >= 2) slab_check(s);
   /* Never the queue head: the pin keeps its count above zero. Nor taken by

@@ -20,7 +20,11 @@ typedef struct huge_header {
   uintptr_t base;     /* the mapping */
   size_t map_size;
   size_t size;        /* requested */
+  /* A user heap's huge block: the heap, and its list of them (under the heap's lock). */
+  hak_heap_t *heap;
+  struct huge_header *next, *prev;
 } huge_header_t;
+_Static_assert(sizeof(huge_header_t) <= HUGE_HEADER, "the huge header must fit before the block");
 
 /* The header sits at the start of the region-sized chunk holding the byte before the
  * user pointer; it is always inside the mapping, whatever the alignment. */
@@ -77,6 +81,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   h->base = base;
   h->map_size = map_size;
   h->size = n;
+  h->heap = NULL; /* huge_set_heap names its user heap */
   huge_mark(base, map_size, user, MAP_HUGE_TAIL);
   pthread_mutex_lock(&region_lock);
   purge_note_huge((ptrdiff_t)huge_resident(h));
@@ -108,8 +113,60 @@ static size_t huge_zero(huge_header_t *h) {
   return page;
 }
 
+/* ---- a user heap's huge blocks: a list through their headers, under its lock ------- */
+static void heap_list_remove(hak_heap_t *u, huge_header_t *h) {
+  if (h->prev) h->prev->next = h->next;
+  else u->huge = h->next;
+  if (h->next) h->next->prev = h->prev;
+  __atomic_store_n(&h->heap, NULL, __ATOMIC_RELAXED);
+  heap_held_add(u, -h->map_size);
+}
+
+void huge_set_heap(void *p, hak_heap_t *u) {
+  huge_header_t *h = huge_header_of((uintptr_t)p);
+  pthread_mutex_lock(&u->lock);
+  __atomic_store_n(&h->heap, u, __ATOMIC_RELEASE);
+  h->prev = NULL;
+  h->next = u->huge;
+  if (h->next) h->next->prev = h;
+  u->huge = h;
+  heap_held_grow(u, h->map_size);
+  pthread_mutex_unlock(&u->lock);
+}
+
+/* The block leaves its user heap, if it has one. The heap's lock outlives the heap (see
+ * heap_large_freed), and its destruction or release empties the list under it. */
+static void huge_leave_heap(huge_header_t *h) {
+  hak_heap_t *u = __atomic_load_n(&h->heap, __ATOMIC_ACQUIRE);
+  if (u == NULL) return;
+  pthread_mutex_lock(&u->lock);
+  if (u->orphaned) __atomic_store_n(&h->heap, NULL, __ATOMIC_RELAXED); /* see heap_large_freed */
+  else if (h->heap == u) heap_list_remove(u, h);
+  pthread_mutex_unlock(&u->lock);
+}
+
+/* Under u's lock: free every huge block of u (destroy), or let them go their own way
+ * (release). */
+void huge_heap_drop_all(hak_heap_t *u, bool free_them) {
+  while (u->huge != NULL) {
+    huge_header_t *h = u->huge;
+    heap_list_remove(u, h);
+    if (free_them) huge_free((void *)h->user, "hak_heap_destroy");
+  }
+}
+
+/* Under u's lock: calls fn on each huge block of u until it returns non-zero. */
+int huge_heap_each(hak_heap_t *u, int (*fn)(void *p, size_t usable, void *arg), void *arg) {
+  for (huge_header_t *h = u->huge; h != NULL; h = h->next) {
+    int r = fn((void *)h->user, h->base + h->map_size - h->user, arg);
+    if (r != 0) return r;
+  }
+  return 0;
+}
+
 void huge_free(void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
+  huge_leave_heap(h);
   uintptr_t base = h->base;
   size_t map_size = h->map_size, resident = huge_resident(h);
   uint64_t now = os_now_ms();
@@ -143,7 +200,33 @@ static void huge_note_resize(size_t old_resident, const huge_header_t *h) {
 }
 
 /* Grows or shrinks a huge block by remapping its pages, never by copying them. */
+static void *huge_remap(void *p, size_t n);
+
+/* A user heap's block is resized under the heap's lock, which walkers of its list take:
+ * its header may move with its pages, and the list is then linked to it again. */
 void *huge_realloc(void *p, size_t n) {
+  huge_header_t *h = huge_checked(p, "realloc");
+  hak_heap_t *u = __atomic_load_n(&h->heap, __ATOMIC_ACQUIRE);
+  if (u == NULL) return huge_remap(p, n);
+  pthread_mutex_lock(&u->lock);
+  if (h->heap != u || u->orphaned) { /* its heap went meanwhile */
+    pthread_mutex_unlock(&u->lock);
+    return huge_remap(p, n);
+  }
+  size_t old_map = h->map_size;
+  void *q = huge_remap(p, n);
+  if (q != NULL) {
+    huge_header_t *nh = huge_header_of((uintptr_t)q);
+    if (nh->prev) nh->prev->next = nh;
+    else u->huge = nh;
+    if (nh->next) nh->next->prev = nh;
+    heap_held_add(u, nh->map_size - old_map);
+  }
+  pthread_mutex_unlock(&u->lock);
+  return q;
+}
+
+static void *huge_remap(void *p, size_t n) {
   huge_header_t *h = huge_checked(p, "realloc");
   size_t off = h->user - h->base, old_resident = huge_resident(h);
   if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {

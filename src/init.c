@@ -16,6 +16,7 @@ bool hak_key_ready;
 
 static void thread_exit(void *arg) {
   hak_heap_t *h = arg;
+  heap_user_thread_exit(h); /* its user heaps go into its heap first */
   if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
   heap_abandon(h);
   prof_unwind_thread_exit();
@@ -40,6 +41,7 @@ static void fork_child(void) {
   if (hak_tls_heap != &hak_heap_empty) pthread_mutex_init(&hak_tls_heap->lock, NULL);
   pthread_mutex_init(&heaps_lock, NULL);
   heap_atfork_child();
+  heap_user_atfork_child();
   purge_thread_atfork_child();
 }
 

@@ -148,6 +148,10 @@ hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab
 hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
   return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
 }
+/* The user heap whose slab s is, or NULL (see hak_slab_t.user_heap). */
+hak_inline struct hak_heap *slab_user_heap(const hak_slab_t *s) {
+  return __atomic_load_n(&s->user_heap, __ATOMIC_RELAXED);
+}
 hak_inline uintptr_t slab_base(const hak_slab_t *s) {
   return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
 }
@@ -296,6 +300,7 @@ hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
 /* Every 256th malloc from a slab: deferred work if due; returns b (never NULL, which
  * lets callers that check for NULL after a pop skip the check on this path). */
 __attribute__((returns_nonnull)) void *heap_malloc_tick(void *b);
+__attribute__((returns_nonnull)) void *heap_malloc_tick_in(struct hak_heap *h, void *b);
 /* Takes b, the head of s->free, off the list; *wrapped: the caller must pass it to
  * heap_malloc_tick before handing it out. */
 hak_inline void *slab_pop_counted(hak_slab_t *s, hak_block_t *b, bool *wrapped) {

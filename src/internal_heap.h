@@ -7,7 +7,10 @@
 #pragma GCC visibility push(hidden)
 
 /* ---- heap_queue.c: a heap's class queues and their pinned heads ------------------ */
+/* The thread's own heap (what its slabs' owner words hold, and free compares), and the
+ * heap malloc allocates from: the same, or a user heap chosen by hak_heap_set_default. */
 extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+extern __thread hak_heap_t *hak_tls_alloc __attribute__((tls_model("initial-exec")));
 extern hak_heap_t hak_heap_empty; /* every thread's heap until it has one */
 extern hak_slab_t hak_slab_empty;
 
@@ -42,21 +45,25 @@ hak_inline void heap_unpin(hak_heap_t *h, uint32_t c) {
 }
 void heap_head_changed(hak_heap_t *h, uint32_t c); /* after anything that may move a head */
 void heap_release_slab(hak_heap_t *h, hak_slab_t *s); /* an empty slab leaves the heap */
-void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back */
+void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back (h: the
+                                                         thread's heap; s may be a user heap's) */
+/* The value h's slabs' owner words hold (see hak_heap_t.owner_id). */
+hak_inline uintptr_t heap_owner_word(const hak_heap_t *h) { return h->owner_id; }
 
 /* ---- remote.c: frees into other threads' slabs, batched ------------------------ */
-void remote_chain_flush(struct hak_remote_chain *rc);
-void remote_chain_start(struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
+void remote_chain_flush(hak_heap_t *h, struct hak_remote_chain *rc);
+void remote_chain_start(hak_heap_t *h, struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
+void remote_push_one(hak_slab_t *s, hak_block_t *b); /* a thread without a heap frees b */
 void heap_remote_flush(hak_heap_t *h); /* push every pending chain */
 hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
   struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
   if (hak_unlikely(rc->slab != s)) {
-    remote_chain_start(rc, s, b);
+    remote_chain_start(h, rc, s, b);
     return;
   }
   block_set_next(b, rc->head);
   rc->head = b;
-  if (++rc->count >= rc->limit) remote_chain_flush(rc);
+  if (++rc->count >= rc->limit) remote_chain_flush(h, rc);
 }
 
 /* ---- heap_handover.c: heaps as objects, thread exit, abandoned slabs ------------- */
@@ -66,6 +73,9 @@ extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
 /* The heap of the last block this thread freed before it had a heap of its own. */
 extern __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
 hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
+hak_heap_t *heap_struct_alloc(void); /* cleared, on the list of all heaps */
+void heap_struct_free(hak_heap_t *h); /* off the list, back to the pool */
+void heap_unlist_locked(hak_heap_t *h); /* off the list of all heaps (idempotent) */
 void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
 hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
 void heap_sweep_abandoned_locked(uint64_t now, bool all);
@@ -140,6 +150,8 @@ uint64_t ctl_value(size_t index, uint32_t cls, const stats_walk_t *w);
 void hak_process_init(void);
 extern pthread_key_t hak_thread_key;
 extern bool hak_key_ready;
+
+#include "heap_user.h" /* heaps as handles: heap_handle.c, heap_user.c, their hooks */
 
 #pragma GCC visibility pop
 

@@ -19,12 +19,16 @@ void *large_alloc(size_t n, size_t align, bool zero) {
     n = round_up(n ? n : 1, page);
     slack = (align > page ? align : page) + page;
   }
+  /* The heap malloc allocates from: a user heap keeps its big blocks on lists. */
+  hak_heap_t *h = hak_tls_alloc;
+  bool user = h->kind == HEAP_KIND_USER;
   if (n > LARGE_MAX || n + slack > LARGE_MAX) {
-    return huge_alloc(n, align, zero);
+    void *p = huge_alloc(n, align, zero);
+    if (user && p != NULL) huge_set_heap(p, h);
+    return p;
   }
   /* At least one byte past the aligned start must be inside the span. */
   size_t units = round_up((n ? n : 1) + slack, UNIT_SIZE) >> UNIT_SHIFT;
-  hak_heap_t *h = hak_tls_heap;
   /* A cached span up to a quarter bigger is as good as a new one, and needs no lock. */
   hak_slab_t *s = NULL;
   if (h != &hak_heap_empty) { /* the purge thread may flush the cache of an idle heap */
@@ -32,6 +36,7 @@ void *large_alloc(size_t n, size_t align, bool zero) {
     s = span_cache_take(h, units, units + units / 4);
     pthread_mutex_unlock(&h->lock);
   }
+  size_t counted = s != NULL ? 0 : units * UNIT_SIZE; /* new to the heap */
   if (s == NULL) {
     pthread_mutex_lock(&region_lock);
     s = span_alloc(units);
@@ -55,6 +60,8 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   /* Only what an earlier use wrote needs clearing; the rest reads as zero. */
   size_t dirty = base + s->touched > p ? base + s->touched - p : 0;
   s->touched = (uint32_t)(units * UNIT_SIZE); /* the user may write all of it */
+  __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED); /* a cached span's may be stale */
+  if (user) heap_large_added(h, s, counted);
   __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
   atomic_fetch_add_explicit(&hak_gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.large_allocs, 1, memory_order_relaxed);
@@ -70,6 +77,7 @@ void large_free(hak_slab_t *s, void *p) {
   if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
     hak_fatal_pointer("double free", "free", p);
+  heap_large_freed(s); /* if a user heap's */
   if (HAKMEM_SECURE) { /* zero on free: the kernel clears the pages, which stay mapped */
     secure_guard_large(s, false);
     os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
@@ -109,6 +117,8 @@ void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
   s->touched = (uint32_t)((size_t)s->units * UNIT_SIZE);
   s->aux = n;
   size_t new_bytes = (size_t)s->units * UNIT_SIZE;
+  hak_heap_t *u = slab_user_heap(s);
+  if (u != NULL) heap_held_add(u, new_bytes - old_bytes);
   if (new_bytes > old_bytes)
     atomic_fetch_add_explicit(&hak_gstats.large_in_use, new_bytes - old_bytes, memory_order_relaxed);
   else

@@ -25,12 +25,12 @@ hak_inline void *aligned_alloc_fast(size_t align, size_t n, bool *wrapped) {
   unsigned bits = (unsigned)__builtin_ctzl(align);
   hak_slab_t *s;
   if (hak_likely(m <= ALIGNED_DIRECT_MAX)) {
-    s = hak_tls_heap->direct[aligned_direct[bits][(m - 1) >> 4]];
+    s = hak_tls_alloc->direct[aligned_direct[bits][(m - 1) >> 4]];
   } else {
     if (hak_unlikely(m > MID_MAX)) return NULL;
     uint32_t c = class_aligned_from[bits][size_to_class(m)];
     if (hak_unlikely(c >= NUM_CLASSES)) return NULL;
-    s = hak_tls_heap->queue[c].head; /* the empty heap has no queue heads */
+    s = hak_tls_alloc->queue[c].head; /* the empty heap has no queue heads */
     if (hak_unlikely(s == NULL)) return NULL;
   }
   hak_block_t *b = s->free;

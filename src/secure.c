@@ -248,25 +248,46 @@ static void release_unchecked(void *p, hak_slab_t *s) {
   heap_free_slow(p, s);
 }
 
+/* A user heap's block leaving the quarantine, which holds a reference on the heap
+ * (user). Another thread's slab gets the block at once, under that reference: a chain
+ * would take a second one, which a destruction since would refuse; a destroyed heap's
+ * block went with it. Returns false for the caller to free the block as its owner. */
+static bool user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *user) {
+  bool destroyed = heap_user_destroyed(user);
+  bool theirs = (slab_owner(s) & ~SLAB_FULL) != (uintptr_t)h;
+  if (!destroyed && !theirs) { /* ours: the heap cannot go meanwhile */
+    heap_user_unref(user);
+    return false;
+  }
+  if (!destroyed) slab_remote_push(s, p, p, 1); /* tagged free since secure_free */
+  heap_user_unref(user);
+  return true;
+}
+
 /* check = false in a forked child for the other threads' heaps: a thread frozen in the
- * middle of free() may have left its last block half zeroed. */
-static void quarantine_release(void *p, bool check) {
+ * middle of free() may have left its last block half zeroed. A block of a user heap
+ * holds a reference on it while in quarantine (`user`); if that heap was destroyed
+ * meanwhile, the block went with it. */
+static void quarantine_release(void *p, bool check, hak_heap_t *user) {
   uintptr_t a = (uintptr_t)p;
   hak_slab_t *s = region_slab_of(a);
+  if (check && !still_clean(a, s)) hak_fatal_at("write after free detected", p);
+  if (user != NULL && user_block_release(p, s, hak_tls_heap, user)) return;
   if (!check) {
     release_unchecked(p, s);
-    return;
+  } else {
+    ((hak_block_t *)p)->free_tag = 0;
+    heap_free_slow(p, s);
   }
-  if (!still_clean(a, s)) hak_fatal_at("write after free detected", p);
-  ((hak_block_t *)p)->free_tag = 0;
-  heap_free_slow(p, s);
 }
 
 void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
     void *q = h->quarantine[i];
+    hak_heap_t *user = h->quarantine_user[i];
     __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
-    if (q) quarantine_release(q, check);
+    h->quarantine_user[i] = NULL;
+    if (q) quarantine_release(q, check, user);
   }
 }
 
@@ -300,6 +321,8 @@ void secure_free(void *p) {
   }
   uint32_t i = h->quarantine_next;
   hak_block_t *old = h->quarantine[i];
+  hak_heap_t *old_user = h->quarantine_user[i];
+  h->quarantine_user[i] = slab_user_heap(s) != NULL ? heap_user_hold(s, p, "free") : NULL;
   __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
   h->quarantine_next = (i + 1) % QUARANTINE_SLOTS;
   if (old == NULL) return;
@@ -308,6 +331,7 @@ void secure_free(void *p) {
   uintptr_t oa = (uintptr_t)old;
   hak_slab_t *os = region_slab_of(oa);
   if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
+  if (old_user != NULL && user_block_release(old, os, h, old_user)) return;
   if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
     if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
     return;
@@ -365,7 +389,7 @@ void *secure_calloc(size_t n) {
 
 void *secure_malloc(size_t n) {
   if (hak_likely(n - 1 < TINY_MAX - SECURE_TAIL)) { /* the fast path, plus arming */
-    hak_slab_t *s = hak_tls_heap->direct[(n + SECURE_TAIL + 15) >> 4];
+    hak_slab_t *s = hak_tls_alloc->direct[(n + SECURE_TAIL + 15) >> 4];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
       slab_pop(s, b);

@@ -74,11 +74,21 @@ static uint32_t carve_colour(const hak_slab_t *s, uint32_t n) {
   return (uint32_t)((uint64_t)(h >> 8) * n >> 24);
 }
 
+/* Blocks of a page or more carve only one or two at a time, to keep first touch
+ * proportional to use; where an earlier use of the span already wrote the pages (a
+ * reused span, a destroyed heap's slab), up to this many are carved at once. */
+#define RESIDENT_CARVE 16
+
 bool slab_extend(hak_slab_t *s) {
   if (s->capacity >= s->reserved) return false;
   uint32_t n = class_carve[s->class_idx];
-  if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
+  uintptr_t written = slab_base(s) + s->touched;
+  if (n < RESIDENT_CARVE && written > first) {
+    uintptr_t fit = (written - first) / s->block_size;
+    n = fit >= RESIDENT_CARVE ? RESIDENT_CARVE : fit > n ? (uint32_t)fit : n;
+  }
+  if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   s->capacity += n;
   uint32_t end = (uint32_t)(first + (uintptr_t)n * s->block_size - slab_base(s));
   if (end > s->touched) s->touched = end;

@@ -32,18 +32,23 @@ hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units) {
   return NULL;
 }
 
-static void release_to_region(hak_slab_t **list, uint32_t n, uint64_t now) {
+static void release_to_region(hak_heap_t *h, hak_slab_t **list, uint32_t n, uint64_t now) {
   if (n == 0) return;
+  size_t units = 0;
   pthread_mutex_lock(&region_lock);
-  for (uint32_t i = 0; i < n; i++) span_free(list[i], now);
+  for (uint32_t i = 0; i < n; i++) {
+    units += list[i]->units;
+    span_free(list[i], now);
+  }
   pthread_mutex_unlock(&region_lock);
+  if (h != &hak_heap_empty) heap_held_add(h, -units * UNIT_SIZE); /* the spans leave the heap */
 }
 
 void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now) {
   hak_span_cache_t *c = &h->spans;
   /* Purge delay 0 means memory goes back at once; big spans go straight back too. */
   if (h == &hak_heap_empty || hak_opt.purge_delay_ms == 0 || s->units > SPAN_CACHE_MAX_UNITS / 2) {
-    release_to_region(&s, 1, now);
+    release_to_region(h, &s, 1, now);
     return;
   }
   mark_cached(s, now);
@@ -55,7 +60,7 @@ void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now) {
   }
   c->spans[c->count++] = s;
   c->units += s->units;
-  release_to_region(evicted, n, now);
+  release_to_region(h, evicted, n, now);
 }
 
 size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms) {
@@ -73,6 +78,6 @@ size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms) {
       i++;
     }
   }
-  release_to_region(out, n, now);
+  release_to_region(h, out, n, now);
   return bytes;
 }

@@ -14,13 +14,16 @@
  *   class   a block size. Tiny classes cover <= 1 KiB, mid classes <= 128 KiB.
  *   heap    one thread's allocation state: per-class queues of the slabs it owns.
  *           Only the owning thread touches a slab's non-atomic fields; other threads
- *           push frees onto the slab's atomic remote list.
+ *           push frees onto the slab's atomic remote list. A user heap (hak_heap_new)
+ *           is one more heap of its creating thread, destroyed or released whole.
  *   huge    a block over half a region (32 MiB): mapped on its own; a few freed ones of
  *           up to 64 MiB are kept for reuse (purge.c), the rest unmapped at free.
  *
- * Owner word: every slab descriptor's `owner` is the owning heap's address, with
+ * Owner word: every slab descriptor's `owner` is the owning thread heap's address, with
  * SLAB_FULL or'ed in when the slab has no free block, or a small constant for the
- * states no heap owns. So "freed by the owner, nothing special" is one compare.
+ * states no heap owns. So "freed by the owner, nothing special" is one compare. A user
+ * heap's slabs carry its thread's heap there too (so that thread frees them on the fast
+ * path) and name the user heap in `user_heap`.
  */
 #ifndef HAKMEM_TYPES_H
 #define HAKMEM_TYPES_H
@@ -101,6 +104,7 @@ enum region_map_kind {
   MAP_HUGE = 2,      /* a huge block whose header is at this region-sized chunk's start */
   MAP_HUGE_TAIL = 3, /* the rest of a huge mapping */
   MAP_ZERO = 4,      /* hardened build: inaccessible home of malloc(0) blocks */
+  MAP_HEAPS = 5,     /* heap structures (heap_handle.c): a heap handle is checked here */
 };
 
 /* ---- size classes -------------------------------------------------------------- */
@@ -161,6 +165,11 @@ typedef struct hak_slab {
    * top bits (see REMOTE_COUNT_SHIFT), so that one compare-and-swap pushes a chain and
    * counts it, and one exchange takes both. */
   _Atomic uintptr_t remote;
+  /* The user heap whose slab (or large block) this is, NULL for a thread heap's, and
+   * that heap's generation when it took the slab: a free checks both before it keeps
+   * a reference to the heap (heap_user_ref). Written with relaxed atomics. */
+  struct hak_heap *user_heap;
+  uint32_t user_gen;
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
   hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
@@ -258,12 +267,39 @@ typedef struct hak_heap {
    * whether that thread is asleep); and the last purge-thread pass that looked at it. */
   int32_t tid;
   uint32_t trim_pass;
-  /* Held by the owner on every slow path that changes its lists, and by another thread
-   * taking an idle heap's freed slabs back (see heap_reclaim_idle). */
-  pthread_mutex_t lock;
   /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
   hak_block_t *quarantine[QUARANTINE_SLOTS];
   uint32_t quarantine_next;
+  /* ---- heaps as handles (heap_handle.c, heap_user.c) ---------------------------------
+   * What its slabs' owner words hold: its own address for a thread's heap, the creating
+   * thread's heap for a user heap, 0 once a user heap is gone. */
+  uintptr_t owner_id;
+  uint32_t kind;                      /* HEAP_KIND_*: thread heap, user heap, retired */
+  uint32_t retired_how;               /* user heap: HEAP_DESTROYED or HEAP_RELEASED */
+  bool orphaned;                      /* in a forked child: a thread that is not there made it */
+  /* The user heaps a reference is held on: one per pending remote chain and (hardened)
+   * per quarantine slot, so that their slabs are not reused under it. */
+  struct hak_heap *remote_user[REMOTE_CHAINS];
+  struct hak_heap *quarantine_user[QUARANTINE_SLOTS];
+  struct hak_heap *user_next, *user_prev; /* every user heap; the retired ones waiting */
+  hak_slab_queue_t large;             /* a user heap's large blocks (under `lock`) */
+  void *huge;                         /* its huge blocks' headers, a list (huge.c) */
+  _Atomic size_t held;                /* bytes of slabs, cached spans and big blocks */
+  size_t peak_held;                   /* the most `held` has been */
+  /* Thread heap: its last destroyed user heap, slabs reset, for the next one it makes
+   * (heap_user.c), since spare_ms; given back after the purge delay (heap_spare_trim). */
+  struct hak_heap *spare;
+  uint64_t spare_ms;
+  /* ---- kept when the structure is reused: what a thread that read an old owner may
+   * still touch (heap_struct_alloc clears everything above `lock`) ---- */
+  /* Held by the owner on every slow path that changes its lists, by another thread
+   * taking an idle heap's freed slabs back (see heap_reclaim_idle), and (user heaps)
+   * by any thread adding or removing one of its big blocks. */
+  pthread_mutex_t lock;
+  /* User heap: references (heap_user_ref) in the low bits, HEAP_REFS_RETIRED once it
+   * is destroyed or released; its generation, counted up at each reuse. */
+  _Atomic uint64_t refs;
+  _Atomic uint32_t gen;
 } hak_heap_t;
 
 #endif

@@ -184,6 +184,29 @@ class Suite:
             log("  %s %s: %s" % (what, rec["status"].upper(), rec["message"]))
 
 
+def api_notes(records):
+    """Notes on the workloads whose runs say which allocation API they used (api= in the
+    RESULT line: heap_requests takes the allocator's own heap API where it finds one)."""
+    used = {}
+    for r in records:
+        api = (r.get("result") or {}).get("api")
+        if r["kind"] == "timed" and r["status"] == "ok" and api:
+            used.setdefault(r["workload"], {})[r["allocator"]] = api
+    notes = []
+    for workload, by_alloc in used.items():
+        apis = set(by_alloc.values())
+        if apis == {"malloc"}:
+            continue
+        own = ["%s: %s" % (a, api) for a, api in by_alloc.items() if api != "malloc"]
+        without = [a for a, api in by_alloc.items() if api == "malloc"]
+        note = "%s: heap API used by %s" % (workload, ", ".join(own))
+        if without:
+            note += "; %s: no heap API found with dlsym, so these runs do the same work with " \
+                    "malloc and free" % ", ".join(without)
+        notes.append(note + ".")
+    return notes
+
+
 def default_out_dir(mode):
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return os.path.join(binaries.REPO_DIR, "build", "bench-results", "%s-%s" % (mode, stamp))
@@ -245,6 +268,7 @@ def main(argv=None):
     if loops:
         log("callgrind")
         suite.run_callgrind(loops)
+    meta["notes"] += api_notes(suite.records)
     meta["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     suite.save()
 

@@ -29,6 +29,7 @@ SOURCES = {
     "huge": "huge_bench.c",
     "memory_behaviour": "memory_behaviour.c",
     "class_shift": "class_shift.c",
+    "heap_requests": "heap_requests.c",
     "fastpath_loop": "fastpath_loop.c",
 }
 
@@ -55,20 +56,24 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class CallgrindLoop:
-    """A fast-path loop run under callgrind at `iterations[scale]` and at 0."""
+    """A fast-path loop run under callgrind at `iterations[scale]` and at 0; through the
+    allocator's heap API when `api` is "heap" (its malloc from a heap) or "heapdefault"
+    (plain malloc with that heap the default)."""
 
     name: str
     mode_args: tuple
     iterations: dict = field(default_factory=lambda: {"smoke": 1000, "quick": 200000,
                                                       "full": 1000000})
+    api: str = ""
 
     program = "fastpath_loop"
 
     def args(self, iterations):
         mode, *rest = self.mode_args
+        prefix = [self.api] if self.api else []
         if mode == "fixed":
-            return ["fixed", str(rest[0]), str(iterations)]
-        return ["ring", str(iterations)] + [str(a) for a in rest]
+            return prefix + ["fixed", str(rest[0]), str(iterations)]
+        return prefix + ["ring", str(iterations)] + [str(a) for a in rest]
 
 
 def _per_thread(total, threads):
@@ -123,6 +128,15 @@ BENCHMARKS = [
     Benchmark("class_shift", "class_shift",
               {"smoke": {"mib": 4}, "quick": {"mib": 64}, "full": {"mib": 256}},
               lambda s, t: [s["mib"], 90, 1]),
+    # Per-request heaps, 500 blocks of 16 B-4 KiB each: made and destroyed whole with the
+    # allocator's own heap API where the workload finds one (hakmem, mimalloc), else
+    # (and in the _malloc row, for every allocator) malloc and free of every block.
+    Benchmark("heap_requests", "heap_requests",
+              {"smoke": {"requests": 100}, "quick": {"requests": 10_000}, "full": {"requests": 40_000}},
+              lambda s, t: ["heap", s["requests"], 500, 16, 4096, 1]),
+    Benchmark("heap_requests_malloc", "heap_requests",
+              {"smoke": {"requests": 100}, "quick": {"requests": 10_000}, "full": {"requests": 40_000}},
+              lambda s, t: ["malloc", s["requests"], 500, 16, 4096, 1]),
 ]
 
 CALLGRIND_LOOPS = [
@@ -132,6 +146,17 @@ CALLGRIND_LOOPS = [
     CallgrindLoop("fastpath_fixed_1024", ("fixed", 1024)),
     CallgrindLoop("fastpath_ring", ("ring", 1000, 1)),
 ]
+
+# The same loops through the heap API (hak_heap_malloc from a heap; plain malloc with a
+# heap as the default), every block freed by free(): bench/perfcheck.py checks them
+# against hakmem's baseline. Not in the suite: most allocators have no heap API.
+HEAP_LOOPS = [
+    CallgrindLoop("heap_fixed_64", ("fixed", 64), api="heap"),
+    CallgrindLoop("heap_ring", ("ring", 1000, 1), api="heap"),
+    CallgrindLoop("heapdefault_fixed_64", ("fixed", 64), api="heapdefault"),
+    CallgrindLoop("heapdefault_ring", ("ring", 1000, 1), api="heapdefault"),
+]
+
 
 def scale_notes(scale):
     """What the report says about a scaled-down mode, generated from the tables above."""

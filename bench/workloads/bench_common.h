@@ -10,6 +10,8 @@
  *   touch   one word written every `stride` bytes, to fault in the pages of large blocks.
  *   table   a slot table: each step picks a random slot, frees it if live, else fills it
  *           (bench_table_run; the pattern of random_mixed, aligned, calloc and large).
+ *   heap api  an allocator's own heaps (make, allocate into, destroy whole), found at run
+ *           time with dlsym: hakmem's hak_heap_*, mimalloc's mi_heap_* (bench_heap_api_find).
  *   RESULT  the one machine-readable line a workload prints on success:
  *           "RESULT workload=NAME ops=N seconds=S ops_per_sec=R peak_rss_kib=K key=value ..."
  *           (peak_rss_kib: the process's VmHWM, its peak resident set).
@@ -21,6 +23,7 @@
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -465,6 +468,39 @@ static inline uint64_t bench_peak_rss_kib(void)
             break;
     fclose(f);
     return kib;
+}
+
+/* ---- heaps: the preloaded allocator's own heap API, if it has one -------------------- */
+
+typedef struct {
+    const char *name; /* "hak_heap" or "mi_heap" */
+    void *(*make)(void);
+    void *(*alloc)(void *heap, size_t size);
+    void (*destroy)(void *heap);
+    void *(*set_default)(void *heap); /* returns the previous default */
+} bench_heap_api;
+
+/* Looks the API up in the process (the preloaded allocator); false if it has none. */
+static inline bool bench_heap_api_find(bench_heap_api *api)
+{
+    static const char *names[][5] = {
+        {"hak_heap", "hak_heap_new", "hak_heap_malloc", "hak_heap_destroy", "hak_heap_set_default"},
+        {"mi_heap", "mi_heap_new", "mi_heap_malloc", "mi_heap_destroy", "mi_heap_set_default"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *f[4];
+        for (int k = 0; k < 4; k++)
+            f[k] = dlsym(RTLD_DEFAULT, names[i][k + 1]);
+        if (f[0] == NULL || f[1] == NULL || f[2] == NULL || f[3] == NULL)
+            continue;
+        api->name = names[i][0];
+        api->make = (void *(*)(void))f[0];
+        api->alloc = (void *(*)(void *, size_t))f[1];
+        api->destroy = (void (*)(void *))f[2];
+        api->set_default = (void *(*)(void *))f[3];
+        return true;
+    }
+    return false;
 }
 
 /* ---- the result line ----------------------------------------------------------------- */

@@ -9,12 +9,32 @@
  * drain), so (instructions(N) - instructions(0)) / N is the cost of one malloc+free pair
  * plus a few instructions of loop and check.
  *
- * usage: bench_fastpath_loop fixed SIZE ITERATIONS
- *        bench_fastpath_loop ring ITERATIONS [RING=1000] [SEED=1]
+ * The same two loops through the allocator's own heaps (found with dlsym, see
+ * bench_heap_api_find; a usage error without one), every block freed by free():
+ *   heap fixed|ring ...: each malloc is the API's malloc from a heap made for the run;
+ *   heapdefault fixed|ring ...: that heap is made the thread's default, and the loop
+ *       calls plain malloc.
+ *
+ * usage: bench_fastpath_loop [heap|heapdefault] fixed SIZE ITERATIONS
+ *        bench_fastpath_loop [heap|heapdefault] ring ITERATIONS [RING=1000] [SEED=1]
  */
 #include "bench_common.h"
 
 enum { SIZE_TABLE = 1024 /* power of two */, RING_MIN = 16, RING_MAX = 1040 };
+
+/* The allocation the loops make: malloc, or (heap mode) the heap API's malloc from
+ * `heap`. Each loop is compiled once per kind, so the malloc loops are unchanged. */
+static bench_heap_api heap_api;
+static void *heap;
+/* (The loops copy the API's function and heap into locals: a call through a register
+ * costs what a call to malloc through the PLT does.) */
+#define ALLOC(size) (use_heap ? heap_alloc(the_heap, (size)) : malloc(size))
+#define HEAP_LOCALS                                                        \
+    void *(*volatile heap_alloc_v)(void *, size_t) = heap_api.alloc;       \
+    void *(*heap_alloc)(void *, size_t) = heap_alloc_v;                    \
+    void *the_heap = heap;                                                 \
+    (void)heap_alloc;                                                      \
+    (void)the_heap
 
 static void put_tag(void *p, uint64_t tag)
 {
@@ -30,12 +50,13 @@ static void check_tag(const void *p, uint64_t tag)
                    (unsigned long long)tag);
 }
 
-static void run_fixed(size_t size, uint64_t iterations)
+__attribute__((always_inline)) static inline void run_fixed(size_t size, uint64_t iterations, bool use_heap)
 {
+    HEAP_LOCALS;
     if (size < 8)
         bench_usage("SIZE must be at least 8");
     for (uint64_t i = 0; i < iterations; i++) {
-        void *p = bench_check_alloc(malloc(size), size);
+        void *p = bench_check_alloc(ALLOC(size), size);
         put_tag(p, i);
         bench_escape(p);
         check_tag(p, i);
@@ -43,8 +64,10 @@ static void run_fixed(size_t size, uint64_t iterations)
     }
 }
 
-static void run_ring(uint64_t iterations, uint64_t ring_size, uint64_t seed)
+__attribute__((always_inline)) static inline void run_ring(uint64_t iterations, uint64_t ring_size,
+                                                           uint64_t seed, bool use_heap)
 {
+    HEAP_LOCALS;
     if (ring_size < 1)
         bench_usage("RING must be at least 1");
     size_t sizes[SIZE_TABLE];
@@ -55,7 +78,7 @@ static void run_ring(uint64_t iterations, uint64_t ring_size, uint64_t seed)
     uint64_t *tags = bench_check_alloc(malloc(ring_size * sizeof *tags), ring_size * sizeof *tags);
     for (uint64_t k = 0; k < ring_size; k++) {
         size_t size = sizes[k % SIZE_TABLE];
-        ring[k] = bench_check_alloc(malloc(size), size);
+        ring[k] = bench_check_alloc(ALLOC(size), size);
         tags[k] = k;
         put_tag(ring[k], k);
     }
@@ -64,7 +87,7 @@ static void run_ring(uint64_t iterations, uint64_t ring_size, uint64_t seed)
         check_tag(ring[slot], tags[slot]);
         free(ring[slot]);
         size_t size = sizes[i % SIZE_TABLE];
-        ring[slot] = bench_check_alloc(malloc(size), size);
+        ring[slot] = bench_check_alloc(ALLOC(size), size);
         tags[slot] = i;
         put_tag(ring[slot], i);
         if (++slot == ring_size)
@@ -80,8 +103,20 @@ static void run_ring(uint64_t iterations, uint64_t ring_size, uint64_t seed)
 
 int main(int argc, char **argv)
 {
-    bench_init("fastpath_loop", "bench_fastpath_loop fixed SIZE ITERATIONS | "
-                                "bench_fastpath_loop ring ITERATIONS [RING=1000] [SEED=1]");
+    bench_init("fastpath_loop", "bench_fastpath_loop [heap|heapdefault] fixed SIZE ITERATIONS | "
+                                "bench_fastpath_loop [heap|heapdefault] ring ITERATIONS [RING=1000] [SEED=1]");
+    if (argc >= 2 && (strcmp(argv[1], "heap") == 0 || strcmp(argv[1], "heapdefault") == 0)) {
+        if (!bench_heap_api_find(&heap_api))
+            bench_usage("the allocator has no heap API (hak_heap_* or mi_heap_*)");
+        heap = heap_api.make();
+        if (strcmp(argv[1], "heapdefault") == 0) {
+            heap_api.set_default(heap);
+            heap = NULL; /* plain malloc, into the default heap */
+        }
+        argv[1] = argv[0];
+        argv++;
+        argc--;
+    }
     if (argc >= 2 && strcmp(argv[1], "fixed") == 0) {
         bench_arg_count(argc, 3);
         if (argc != 4)
@@ -89,7 +124,10 @@ int main(int argc, char **argv)
         size_t size = bench_arg_u64(argc, argv, 2, 0);
         uint64_t iterations = bench_arg_u64(argc, argv, 3, 0);
         double start = bench_now();
-        run_fixed(size, iterations);
+        if (heap != NULL)
+            run_fixed(size, iterations, true);
+        else
+            run_fixed(size, iterations, false);
         bench_result(iterations, bench_now() - start, " mode=fixed size=%zu", size);
     } else if (argc >= 2 && strcmp(argv[1], "ring") == 0) {
         bench_arg_count(argc, 4);
@@ -99,7 +137,10 @@ int main(int argc, char **argv)
         uint64_t ring_size = bench_arg_u64(argc, argv, 3, 1000);
         uint64_t seed = bench_arg_u64(argc, argv, 4, 1);
         double start = bench_now();
-        run_ring(iterations, ring_size, seed);
+        if (heap != NULL)
+            run_ring(iterations, ring_size, seed, true);
+        else
+            run_ring(iterations, ring_size, seed, false);
         bench_result(iterations, bench_now() - start, " mode=ring ring=%llu seed=%llu",
                      (unsigned long long)ring_size, (unsigned long long)seed);
     } else {
