@@ -30,6 +30,7 @@ SOURCES = {
     "memory_behaviour": "memory_behaviour.c",
     "class_shift": "class_shift.c",
     "fastpath_loop": "fastpath_loop.c",
+    "exec_rusage": "exec_rusage.c",  # not a workload: runs the real programs (programs.py)
 }
 
 
