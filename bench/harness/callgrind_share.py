@@ -2,6 +2,8 @@
 """The allocator's share of a program's instructions, from a callgrind output file.
 
 usage: python3 bench/harness/callgrind_share.py CALLGRIND.OUT... [--object LIB] [--json]
+       python3 bench/harness/callgrind_share.py --run PROGRAM [--size K=V,...]
+                                                [--preload LIB] [--out DIR] [--json]
 
 BENCH.md asks what share of a real program's time is the allocator. Callgrind records,
 for every call site, the inclusive cost of the call; this tool adds up the calls that
@@ -17,7 +19,11 @@ functions of any object with the names of the C allocator API. Without --object 
 nothing preloaded) only those names count, with glibc's internal helpers (_int_malloc,
 sysmalloc, ...) as the allocator's own callers.
 
-Produce the input with, for example:
+With --run, the tool first runs one of the harness's real programs (programs.py: lua,
+python, perl, redis, sqlite, git) under `valgrind --tool=callgrind`, with the same
+environment and generated input as the harness (--size, default its cachegrind size),
+the allocator LIB preloaded (none: glibc), one output file per process in --out; it
+prints the exact command. By hand, for example:
   LD_PRELOAD=build/release/libhakmem.so valgrind --tool=callgrind \\
       --callgrind-out-file=lua.hakmem.out lua5.4 bench/programs/churn.lua 3000 4096 1
 Several files (one per process) are added together. Instruction counts only: the
@@ -189,17 +195,69 @@ def format_share(result):
     return "\n".join(out)
 
 
+def run_program(name, size_text, preload, out_dir):
+    """Runs a real program of programs.py under callgrind into out_dir; returns (output
+    files, the command line, the run's status)."""
+    import glob
+    import shutil
+    import tempfile
+
+    import binaries
+    import programs
+    import workloads
+
+    prog = next((p for p in programs.PROGRAMS if p.name == name), None)
+    if prog is None:
+        raise SystemExit("no program %r; programs: %s" % (name, ", ".join(programs.names())))
+    size = dict(prog.sizes["cachegrind"])
+    for item in filter(None, (size_text or "").split(",")):
+        key, _, value = item.partition("=")
+        size[key] = int(value)
+    os.makedirs(out_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(out_dir, "callgrind.*.out")):
+        os.remove(old)
+    bin_dir, _ = binaries.ensure(None, tempfile.mkdtemp(prefix="hakmem-bench-bin-"), [programs.HELPER])
+    prefix = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/callgrind.%%p.out" % out_dir]
+    if prog.trace_children:
+        prefix.append("--trace-children=yes")
+        if prog.untraced:
+            prefix.append("--trace-children-skip=" + ",".join("*/" + n for n in prog.untraced))
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    if preload:
+        env["LD_PRELOAD"] = os.path.abspath(preload)  # the programs may change directory
+    elif prog.glibc_preloads_libc and programs.find_libc():
+        env["LD_PRELOAD"] = programs.find_libc()  # glibc's malloc, not the one it is linked with
+    run_dir = os.path.join(out_dir, "run")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    ctx = prog.prepare(size, os.path.join(out_dir, "inputs"))
+    run = prog.run(ctx, env, 3600, os.path.join(bin_dir, workloads.binary_name(programs.HELPER)), run_dir,
+                   prefix=prefix)
+    return sorted(glob.glob(os.path.join(out_dir, "callgrind.*.out"))), run.command, run.status()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="The allocator's share of a program's instructions (callgrind).")
-    p.add_argument("files", nargs="+", help="callgrind output files (added together)")
+    p.add_argument("files", nargs="*", help="callgrind output files (added together)")
     p.add_argument("--object", help="the preloaded allocator library (its functions are the allocator's)")
+    p.add_argument("--run", metavar="PROGRAM", help="first run this real program of the harness under callgrind")
+    p.add_argument("--size", help="with --run: its size as K=V,... (default: its cachegrind size)")
+    p.add_argument("--preload", help="with --run: the allocator library to preload (default: none, glibc)")
+    p.add_argument("--out", default="callgrind-share", help="with --run: where the output files go")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args(argv)
+    files, obj = list(args.files), args.object
+    if args.run:
+        files, command, status = run_program(args.run, args.size, args.preload, args.out)
+        print("command (%s):\n%s" % (status, command))
+        obj = obj or args.preload
+    if not files:
+        p.error("no callgrind output files")
     profile = Profile()
-    for path in args.files:
+    for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             read(f, profile)
-    result = share(profile, args.object)
+    result = share(profile, obj)
     print(json.dumps(result, indent=1) if args.json else format_share(result))
     return 0
 

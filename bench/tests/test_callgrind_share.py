@@ -1,6 +1,8 @@
 """callgrind_share: the allocator's inclusive cost from a callgrind output file."""
 
 import re
+import shutil
+import tempfile
 import unittest
 
 import support  # noqa: F401  (import path)
@@ -121,3 +123,20 @@ class ShareTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(shutil.which("valgrind") and shutil.which("sqlite3"), "valgrind or sqlite3 is not installed")
+class RunTest(unittest.TestCase):
+    def test_runs_a_harness_program_under_callgrind(self):
+        with tempfile.TemporaryDirectory() as out:
+            files, command, status = callgrind_share.run_program("sqlite", "orders=40", None, out)
+            self.assertEqual(status, "ok")
+            self.assertIn("valgrind --tool=callgrind", command)
+            profile = callgrind_share.Profile()
+            for path in files:
+                with open(path) as f:
+                    callgrind_share.read(f, profile)
+        s = callgrind_share.share(profile)
+        self.assertGreater(s["groups"]["malloc"]["calls"], 100)
+        self.assertGreater(s["allocator"], 0)
+        self.assertLess(s["allocator"], s["total"])
