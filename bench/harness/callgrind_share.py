@@ -37,14 +37,15 @@ import re
 import sys
 from collections import defaultdict
 
-# The entry points by group, the names they have in glibc, mimalloc, hakmem and the C++
-# runtime (operator new and delete).
+# The entry points by group, by the names they have in glibc, mimalloc, jemalloc, tcmalloc,
+# hakmem and the C++ runtime (operator new and delete). mimalloc's malloc_usable_size is
+# seen as its alias malloc_size, tcmalloc's as the GetAllocatedSize it jumps to.
 GROUPS = ("malloc", "free", "realloc", "calloc", "aligned", "usable_size", "other")
 _NAME_GROUP = [
     (re.compile(r"(^|_)calloc$|^mi_calloc|^hak_calloc"), "calloc"),
     (re.compile(r"realloc"), "realloc"),
     (re.compile(r"memalign|aligned_alloc|valloc$"), "aligned"),
-    (re.compile(r"usable_size"), "usable_size"),
+    (re.compile(r"usable_size|^malloc_size$|GetAllocatedSize"), "usable_size"),
     (re.compile(r"(^|_)free(_sized|_aligned_sized)?$|^cfree$|^_Zd[la]"), "free"),
     (re.compile(r"(^|_)malloc$|^_Zn[wa]"), "malloc"),
 ]

@@ -108,6 +108,7 @@ class ShareTest(unittest.TestCase):
                             ("free", "free"), ("_ZdlPvm", "free"), ("cfree", "free"), ("calloc", "calloc"),
                             ("realloc", "realloc"), ("reallocarray", "realloc"), ("posix_memalign", "aligned"),
                             ("aligned_alloc", "aligned"), ("malloc_usable_size", "usable_size"),
+                            ("malloc_size", "usable_size"),
                             ("hak_constructor", "other")]:
             self.assertEqual(callgrind_share.group_of(name), group, name)
 
