@@ -333,7 +333,8 @@ def render(meta, records, chart_files, chart_dir="charts"):
     fails = failures(records)
     out += ["## Failures", ""]
     if not fails:
-        out += ["None: every run exited 0 with a RESULT line.", ""]
+        out += ["None: every run exited 0 with a RESULT line (a real program: with the expected "
+                "output).", ""]
     else:
         rows = []
         for r in fails:
