@@ -55,7 +55,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description="Run the hakmem benchmark suite.")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="about 5 minutes for 5 allocators (default)")
+                      help="quick sizes (the default; bench/README.md says how long it takes)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="the sizes to quote (much longer)")
     mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
