@@ -7,7 +7,7 @@ CMAKE   ?= cmake
 GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 PYTHON  ?= python3
 
-.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full perfcheck perfcheck-update install clean
+.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full bench-programs perfcheck perfcheck-update install clean
 
 all: release
 
@@ -45,6 +45,12 @@ bench: release
 bench-full: release
 	$(PYTHON) bench/harness/run.py --full --hakmem $(BUILD)/release/libhakmem.so \
 	  --lib hakmem-secure=$(BUILD)/release/libhakmem-secure.so --out bench-results/full
+
+# The real programs alone (Lua, Python, Perl, Redis, SQLite, git), full size, and their
+# cachegrind pass.
+bench-programs: release
+	$(PYTHON) bench/harness/run.py --full --programs-only --hakmem $(BUILD)/release/libhakmem.so \
+	  --out bench-results/programs
 
 perfcheck: release
 	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench

@@ -5,24 +5,38 @@ machine, the allocators found and skipped, the mode, the harness command); the C
 the runs alone. Both read back to the same records, so report.py can work from either.
 
 Fields:
-  kind          "timed" (a workload run natively) or "callgrind" (a fast-path loop under
-                valgrind --tool=callgrind)
+  kind          "timed" (a workload run natively), "callgrind" (a fast-path loop under
+                valgrind --tool=callgrind), "program" (a real program run natively) or
+                "cachegrind" (a real program on its shortened input under valgrind
+                --tool=cachegrind --cache-sim=yes)
   allocator     hakmem, glibc, mimalloc, jemalloc or tcmalloc
-  workload      the benchmark's name, e.g. "larson" or "fastpath_fixed_64"
+  workload      the benchmark's name, e.g. "larson", "fastpath_fixed_64" or "redis"
   params        the workload's arguments, space-separated
   threads       thread count given to the workload (1 for single-threaded ones)
   round         0-based; rounds below the warm-up count are warm-up rounds
   warmup        true for a warm-up round (not counted in the figures)
   wall_seconds  wall time of the whole process, measured by the harness
   throughput    the workload's own ops_per_sec (timed runs)
-  peak_rss_kib  the process's peak resident set, KiB (VmHWM, from its RESULT line)
-  instructions  callgrind's total instruction count (callgrind runs)
+  peak_rss_kib  the process's peak resident set, KiB (VmHWM, from its RESULT line; for a
+                program, wait4's ru_maxrss: the largest of its processes)
+  instructions  callgrind's total instruction count (callgrind runs); cachegrind's I refs
+                summed over the program's processes (cachegrind runs)
   iterations    loop iterations of a callgrind run (0 for the start-up run)
   exit_status   the process's exit code, or minus the signal number that killed it
   status        ok, failed (non-zero exit or no RESULT line), crashed (signal) or timeout
   message       for a run that is not ok: why (the workload's FAIL line, a signal name...)
   command       the exact command line, LD_PRELOAD included
-  result        the key=value pairs of the workload's RESULT line
+  result        the key=value pairs of the workload's RESULT line; for a program the
+                output's sha256 and line count and the other rusage counts; for cachegrind
+                every count of its summary
+  cpu_seconds   user + system CPU time of a program run (wait4's, with its waited-for
+                descendants); for a cachegrind run, valgrind's
+  user_seconds, sys_seconds   the two parts of cpu_seconds
+  minor_faults  minor page faults of a program run (ru_minflt)
+  d1_misses     cachegrind: D1 misses, reads + writes (D1mr + D1mw)
+  ll_misses     cachegrind: last-level misses, instructions and data (ILmr + DLmr + DLmw)
+
+Files written before a field existed read back with that field empty.
 """
 
 import csv
@@ -32,10 +46,12 @@ FIELDS = [
     "kind", "allocator", "workload", "params", "threads", "round", "warmup",
     "wall_seconds", "throughput", "peak_rss_kib", "instructions", "iterations",
     "exit_status", "status", "message", "command", "result",
+    "cpu_seconds", "user_seconds", "sys_seconds", "minor_faults", "d1_misses", "ll_misses",
 ]
 
-INT_FIELDS = {"threads", "round", "peak_rss_kib", "instructions", "iterations", "exit_status"}
-FLOAT_FIELDS = {"wall_seconds", "throughput"}
+INT_FIELDS = {"threads", "round", "peak_rss_kib", "instructions", "iterations", "exit_status", "minor_faults",
+              "d1_misses", "ll_misses"}
+FLOAT_FIELDS = {"wall_seconds", "throughput", "cpu_seconds", "user_seconds", "sys_seconds"}
 BOOL_FIELDS = {"warmup"}
 
 
@@ -120,20 +136,26 @@ def _from_csv_cell(name, text):
     return text
 
 
+def complete(record):
+    """The record with every field of FIELDS, the ones it lacks (a file written before
+    they existed) empty; a key that is not a field is an error."""
+    return make_record(**record)
+
+
 def read_csv(path):
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
-    if header != FIELDS:
+    if set(header) - set(FIELDS) or len(set(header)) != len(header):
         raise ValueError("%s: unexpected columns %s" % (path, header))
-    return [{name: _from_csv_cell(name, cell) for name, cell in zip(header, row)} for row in body]
+    return [complete({name: _from_csv_cell(name, cell) for name, cell in zip(header, row)}) for row in body]
 
 
 def read_json(path):
     """(meta, records) from a results.json file."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    return data.get("meta", {}), data["runs"]
+    return data.get("meta", {}), [complete(r) for r in data["runs"]]
 
 
 def load(path):

@@ -111,3 +111,49 @@ def parse_callgrind_total(stderr):
 
 def callgrind_argv(argv):
     return ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + list(argv)
+
+
+# Cachegrind's cache geometry, given rather than read from the machine: a VM's CPUID can
+# describe a last-level cache that no core has (this one's says 320 MiB, direct-mapped),
+# and counts taken on two machines should be comparable. 32 KiB 8-way L1s and a 32 MiB
+# 16-way last level, 64-byte lines (the EPYC the project's figures come from).
+CACHEGRIND_GEOMETRY = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=33554432,16,64"]
+
+_CG_LINE = re.compile(r"^==(\d+)== (I|I1|LLi|D|D1|LLd|LL)\s+(refs|misses):\s+([\d,]+)"
+                      r"(?:\s+\(\s*([\d,]+) rd\s+\+\s+([\d,]+) wr\))?\s*$", re.M)
+_CG_NAMES = {("I", "refs"): ("Ir",), ("I1", "misses"): ("I1mr",), ("LLi", "misses"): ("ILmr",),
+             ("D", "refs"): ("D", "Dr", "Dw"), ("D1", "misses"): ("D1m", "D1mr", "D1mw"),
+             ("LLd", "misses"): ("DLm", "DLmr", "DLmw")}
+
+
+def parse_cachegrind_summary(stderr):
+    """Cachegrind's closing counts (valgrind --tool=cachegrind --cache-sim=yes), summed
+    over every process that printed them (with --trace-children=yes each process prints
+    its own), as {Ir, I1mr, ILmr, Dr, Dw, D1mr, D1mw, DLmr, DLmw, processes}; None when no
+    process printed a complete summary. A process whose summary lacks a line is left out
+    and not counted in `processes`."""
+    per_pid = {}
+    for m in _CG_LINE.finditer(stderr):
+        names = _CG_NAMES.get((m.group(2), m.group(3)))
+        if names is None:
+            continue  # the LL refs/misses totals: derived from the lines kept
+        values = [int(g.replace(",", "")) for g in m.groups()[3:] if g is not None]
+        counts = per_pid.setdefault(m.group(1), {})
+        for name, value in zip(names if len(values) > 1 else names[:1], values):
+            counts[name] = value
+    keys = ("Ir", "I1mr", "ILmr", "Dr", "Dw", "D1mr", "D1mw", "DLmr", "DLmw")
+    complete = [c for c in per_pid.values() if all(k in c for k in keys)]
+    if not complete:
+        return None
+    total = {k: sum(c[k] for c in complete) for k in keys}
+    total["processes"] = len(complete)
+    return total
+
+
+def cachegrind_argv(trace_children=False):
+    """The valgrind command that goes before a program for the cachegrind pass."""
+    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null"]
+    argv += CACHEGRIND_GEOMETRY
+    if trace_children:
+        argv.append("--trace-children=yes")
+    return argv

@@ -65,3 +65,10 @@ def geomean(values):
     if any(x <= 0 for x in xs):
         raise ValueError("geometric mean of a non-positive value")
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def paired_ratios(values, baselines):
+    """value / baseline for every key (a round) that both dicts hold, the baseline
+    positive, in key order: the per-round ratios of two allocators run interleaved."""
+    return [values[k] / baselines[k] for k in sorted(values)
+            if k in baselines and values[k] is not None and baselines[k] is not None and baselines[k] > 0]
