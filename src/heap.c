@@ -200,6 +200,7 @@ void *heap_alloc_class_refill(uint32_t c) {
 }
 
 static hak_noinline void *heap_malloc_generic(size_t n) {
+  if (n == 0) return zero_alloc(); /* direct slot 0 is never a class head */
   hak_heap_t *h = heap_get();
   if (hak_unlikely(h == NULL)) {
     errno = ENOMEM;

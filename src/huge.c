@@ -41,6 +41,14 @@ static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t k
 
 static void huge_unmap(uintptr_t base, size_t map_size) { region_map_unmap(base, map_size); }
 
+/* A guard page right after the block's last page, when the mapping goes on past it: a
+ * run off the end faults there. Off before the mapping is resized, freed or reused. */
+static uintptr_t huge_guard_at(const huge_header_t *h) { return round_up(h->user + h->size, os_page_size()); }
+static void huge_guard(const huge_header_t *h, bool on) {
+  uintptr_t g = huge_guard_at(h);
+  if (g + os_page_size() <= h->base + h->map_size) guard_set(g, os_page_size(), on);
+}
+
 void *huge_alloc(size_t n, size_t align, bool zero) {
   if (align < 16) align = 16;
   /* Up to a region's alignment, the mapping's start is aligned to a region and the block
@@ -78,6 +86,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   h->map_size = map_size;
   h->size = n;
   huge_mark(base, map_size, user, MAP_HUGE_TAIL);
+  huge_guard(h, true);
   pthread_mutex_lock(&region_lock);
   purge_note_huge((ptrdiff_t)huge_resident(h));
   pthread_mutex_unlock(&region_lock);
@@ -115,6 +124,7 @@ void huge_free(void *p, const char *who) {
   uint64_t now = os_now_ms();
   uintptr_t evicted_base = 0;
   size_t evicted_size = 0, kept_bytes = resident;
+  huge_guard(h, false);
   if (HAKMEM_SECURE && hak_opt.purge_delay_ms != 0 && map_size <= HUGE_KEEP_MAX)
     kept_bytes = huge_zero(h);
   atomic_fetch_sub_explicit(&hak_gstats.huge_mapped, map_size, memory_order_relaxed);
@@ -132,7 +142,7 @@ void huge_free(void *p, const char *who) {
 
 size_t huge_usable(const void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
-  return h->base + h->map_size - h->user;
+  return huge_guard_at(h) - h->user;
 }
 
 /* The purge budget counts a huge block's bytes in use: a resized block's change. */
@@ -152,8 +162,10 @@ void *huge_realloc(void *p, size_t n) {
   }
   size_t new_size = round_up(off + n, REGION_SIZE);
   uintptr_t base = h->base, old_size = h->map_size;
+  huge_guard(h, false);
   if (new_size == old_size) {
     h->size = n;
+    huge_guard(h, true);
     huge_note_resize(old_resident, h);
     return p;
   }
@@ -162,6 +174,7 @@ void *huge_realloc(void *p, size_t n) {
     os_unmap((void *)(base + new_size), old_size - new_size);
     h->map_size = new_size;
     h->size = n;
+    huge_guard(h, true);
     huge_note_resize(old_resident, h);
     atomic_fetch_sub_explicit(&hak_gstats.huge_mapped, old_size - new_size, memory_order_relaxed);
     return p;
@@ -170,12 +183,14 @@ void *huge_realloc(void *p, size_t n) {
   if (target == NULL) {
     void *fresh = os_map_block(new_size, REGION_SIZE, 0);
     if (fresh == NULL) {
+      huge_guard(h, true);
       errno = ENOMEM;
       return NULL;
     }
     target = os_remap((void *)base, old_size, new_size, fresh);
     if (target == NULL) {
       os_unmap(fresh, new_size);
+      huge_guard(h, true);
       errno = ENOMEM;
       return NULL;
     }
@@ -188,6 +203,7 @@ void *huge_realloc(void *p, size_t n) {
   nh->map_size = new_size;
   nh->size = n;
   huge_mark(nb, new_size, nb + off, MAP_HUGE_TAIL);
+  huge_guard(nh, true);
   huge_note_resize(old_resident, nh);
   atomic_fetch_add_explicit(&hak_gstats.huge_mapped, new_size - old_size, memory_order_relaxed);
   return (void *)(nb + off);

@@ -28,6 +28,7 @@ void os_purge(void *p, size_t size);             /* give pages back; they read a
 void os_set_huge_pages(void *p, size_t size, bool enable);
 void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL if it cannot */
 bool os_protect(void *p, size_t size, bool accessible);
+bool os_guard(void *p, size_t size, bool on); /* guard pages; false if unsupported */
 /* Address space that reads as zero and costs no commit charge until made writable. */
 void *os_reserve_readonly(size_t size); /* NULL on failure */
 bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or read-only */
@@ -137,7 +138,6 @@ hak_inline void secure_size_encode(uintptr_t *w, size_t n) {
   __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
 }
 void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
-void secure_guard_large(hak_slab_t *s, bool on);
 void secure_guard_region(void *region);
 void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
@@ -187,6 +187,13 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
 bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age);
 void region_purge_around(hak_region_t *r, size_t at, size_t need);
 void region_map_unmap(uintptr_t base, size_t map_size); /* a huge mapping goes */
+
+/* ---- guard.c: inaccessible memory, both builds ----------------------------------- */
+/* Guard pages over [a, a + len), page-aligned, on or off; false when the default build
+ * has no way to make them (the hardened build falls back to mprotect). */
+bool guard_set(uintptr_t a, size_t len, bool on);
+void *zero_alloc(void); /* malloc(0): a distinct address where any access faults */
+void zero_check(void *p, const char *fn, bool release); /* aborts unless a live one */
 
 /* ---- purge.c: what free memory stays resident, and when it goes back ------------- */
 /* Freed huge mappings of up to HUGE_KEEP_MAX are kept for reuse in HUGE_KEEP_SLOTS. */
@@ -428,7 +435,6 @@ void secure_init(void); /* after hak_list_key is set */
 void *secure_arm(void *p, size_t n); /* writes canary and size word; returns p */
 void secure_free(void *p);
 size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
-void *secure_malloc_zero(void);
 void *secure_malloc(size_t n);
 void *secure_calloc(size_t n); /* n <= MID_MAX */
 void secure_quarantine_flush(hak_heap_t *h, bool check);

@@ -94,6 +94,38 @@ void *os_remap(void *old, size_t old_size, size_t new_size, void *to) {
   return p;
 }
 
+/* Guard pages without splitting the mapping (Linux 6.13's MADV_GUARD_INSTALL): any
+ * access faults; installing discards the pages, removing leaves them reading as zero;
+ * purging keeps them. Tried once on a page of its own: an emulator that takes the
+ * advice and does nothing leaves that page resident, and counts as a kernel without it. */
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#define MADV_GUARD_REMOVE 103
+#endif
+static bool guard_works(void) {
+  size_t page = os_page_size();
+  unsigned char *p = map_anonymous(page, MAP_NORESERVE), resident = 1;
+  if (p == NULL) return false;
+  p[0] = 1;
+  bool ok = madvise(p, page, MADV_GUARD_INSTALL) == 0 && mincore(p, page, &resident) == 0 &&
+            (resident & 1) == 0;
+  os_unmap(p, page);
+  return ok;
+}
+
+bool os_guard(void *p, size_t size, bool on) {
+  static _Atomic int state; /* 0 not tried, 1 works, 2 missing */
+  int st = atomic_load_explicit(&state, memory_order_relaxed);
+  int saved = errno;
+  if (st == 0) {
+    st = guard_works() ? 1 : 2;
+    atomic_store_explicit(&state, st, memory_order_relaxed);
+  }
+  bool ok = st == 1 && madvise(p, size, on ? MADV_GUARD_INSTALL : MADV_GUARD_REMOVE) == 0;
+  errno = saved;
+  return ok;
+}
+
 bool os_protect(void *p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }

@@ -227,17 +227,49 @@ size_t secure_usable(void *p, hak_slab_t *s) {
   return n;
 }
 
+/* ---- the block below ----------------------------------------------------------- */
+/* Each byte of w either the canary's (c) or zero? (Bytes being zeroed by another
+ * thread's free of the block are zero; an overrun writes anything else.) */
+static inline bool canary_or_zero(uint64_t w, uint64_t c) {
+  const uint64_t lo = 0x7f7f7f7f7f7f7f7full, hi = 0x8080808080808080ull;
+  uint64_t x = w ^ c;
+  uint64_t zx = ~(((x & lo) + lo) | x | lo), zw = ~(((w & lo) + lo) | w | lo); /* 0x80: zero byte */
+  return (zx | zw) == hi;
+}
+
+/* Checked when a block at a of an owned slab s is allocated or freed: the block below
+ * it must have a sane size word (or, for block 0, the guard word before it) and its
+ * first canary word intact (and block 0 the guard word below it): an overrun of that
+ * block by one byte, or of ours below our start, shows there. Only in our own slabs:
+ * no other thread arms their blocks. */
+static inline void check_below(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
+  const uintptr_t *w = (const uintptr_t *)(a - 8);
+  if (a == s->start) {
+    if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)a);
+    return;
+  }
+  uintptr_t b = a - S;
+  if (b == s->start && secure_size_decode((const uintptr_t *)(b - 8)) > S - SECURE_TAIL)
+    hak_fatal_at("heap overflow detected", (void *)b); /* block 0's guard word, as above */
+  /* Its tag before its size word: a thread freeing it unchecked clears the size word
+   * first (x86 keeps both orders). */
+  bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  hak_compiler_barrier();
+  size_t n = secure_size_decode(w);
+  if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  if (n == 0 || (is_free && block_purged(b))) return;
+  if (is_free && n < 16) n = 16; /* a free block is zero to 16 bytes at least */
+  if (!canary_or_zero(load64(b + n), canary_at(b + n))) hak_fatal_at("heap overflow detected", (void *)b);
+}
+
 /* ---- free and the quarantine ---------------------------------------------------- */
 static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
   size_t S = s->block_size;
   size_t n = secure_size_decode(secure_size_word(a, S));
   if (n > S - SECURE_TAIL || !canary_intact(a + n, a + S - 8))
     hak_fatal_at("heap overflow detected", (void *)a);
-  /* The word before the block is the previous block's size word (or the guard before
-   * block 0): a write below our start shows there. Only in our own slabs: another
-   * thread may be arming its neighbour right now (or was, when a fork froze it). */
-  if (own_slab && secure_size_decode((const uintptr_t *)(a - 8)) > S - SECURE_TAIL)
-    hak_fatal_at("heap overflow detected", (void *)a);
+  if (own_slab) check_below(a, s);
 }
 
 /* A free block's size word also tells calloc what it need not clear: the quarantine's
@@ -274,7 +306,7 @@ void secure_free(void *p) {
   uintptr_t a = (uintptr_t)p;
   unsigned kind = region_map_kind(a);
   if (hak_unlikely(kind != MAP_REGION)) {
-    if (kind != MAP_ZERO) free_outside_regions(p, "free");
+    free_outside_regions(p, "free");
     return;
   }
   hak_slab_t *s = region_slab_of(a);
@@ -316,35 +348,22 @@ void secure_free(void *p) {
   heap_free_slow(old, os);
 }
 
-/* ---- malloc(0) -------------------------------------------------------------------- */
-/* malloc(0) hands out distinct addresses in reserved, inaccessible chunks: any read or
- * write through such a pointer faults. */
-void *secure_malloc_zero(void) {
-  static uintptr_t next, end; /* under region_lock, which fork handles */
-  pthread_mutex_lock(&region_lock);
-  if (next + 16 > end) {
-    void *chunk = os_map_aligned(REGION_SIZE, REGION_SIZE);
-    if (chunk == NULL) {
-      pthread_mutex_unlock(&region_lock);
-      errno = ENOMEM;
-      return NULL;
-    }
-    secure_protect((uintptr_t)chunk, REGION_SIZE, false);
-    region_map[(uintptr_t)chunk >> REGION_SHIFT] = MAP_ZERO;
-    next = (uintptr_t)chunk;
-    end = next + REGION_SIZE;
-  }
-  void *p = (void *)next;
-  next += 16;
-  pthread_mutex_unlock(&region_lock);
-  return p;
-}
-
 /* calloc up to MID_MAX: a reused block needs clearing only in its first two words (link
  * and free tag; a third for a purge mark) and where its canary bytes were (see
  * block_known). */
+/* Past MID_MAX with the tail: a large block, which keeps n itself (its canaries are
+ * large.c's). */
+static void *secure_large(size_t n, bool zero) {
+  if (heap_get() == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return large_alloc(n, 0, zero);
+}
+
 void *secure_calloc(size_t n) {
-  if (n == 0) return secure_malloc_zero();
+  if (n == 0) return zero_alloc();
+  if (n > MID_MAX - SECURE_TAIL) return secure_large(n, true);
   void *p = fast_malloc_raw(n + SECURE_TAIL);
   if (p == NULL) return NULL;
   uintptr_t a = (uintptr_t)p;
@@ -369,15 +388,21 @@ void *secure_malloc(size_t n) {
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
       slab_pop(s, b);
-      arm_block((uintptr_t)b, n, s->block_size);
+      uintptr_t a = (uintptr_t)b;
+      size_t S = s->block_size;
+      if (secure_size_decode(secure_size_word(a, S)) > S - SECURE_TAIL) /* its own, overrun */
+        hak_fatal_at("heap overflow detected", b);
+      check_below(a, s);
+      arm_block(a, n, S);
       return b;
     }
   }
-  if (n == 0) return secure_malloc_zero();
+  if (n == 0) return zero_alloc();
   if (n >= (size_t)PTRDIFF_MAX - SECURE_TAIL) {
     errno = ENOMEM;
     return NULL;
   }
+  if (n > MID_MAX - SECURE_TAIL) return secure_large(n, false);
   return secure_arm(fast_malloc_raw(n + SECURE_TAIL), n);
 }
 
