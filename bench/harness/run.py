@@ -39,6 +39,8 @@ DEFAULT_HAKMEM = os.path.join(binaries.REPO_DIR, "build", "release", "libhakmem.
 TIMEOUTS = {"smoke": 60, "quick": 180, "full": 900}  # seconds, per run
 CALLGRIND_TIMEOUT = 600
 CALLGRIND_JOBS = 2
+# Allocators that cannot run under valgrind, with the reason the report gives.
+NO_CALLGRIND = {"scudo": "scudo aborts under valgrind (\"Scudo ERROR: internal map failure\")"}
 
 
 def parse_args(argv):
@@ -152,6 +154,8 @@ class Suite:
         jobs = []
         for loop in loops:
             for a in self.allocs:
+                if a.name in NO_CALLGRIND:
+                    continue
                 for iterations in (0, loop.iterations[self.args.mode]):
                     argv = runner.callgrind_argv([self.binary(loop.program)] + loop.args(iterations))
                     jobs.append((loop, a, iterations, argv))
@@ -236,6 +240,10 @@ def main(argv=None):
         "scale_notes": workloads.scale_notes(args.mode),
         "notes": notes,
     }
+    if loops:
+        for a in allocs:
+            if a.name in NO_CALLGRIND:
+                notes.append("callgrind figure skipped for %s: %s" % (a.name, NO_CALLGRIND[a.name]))
     suite = Suite(args, allocs, bin_dir, meta, out_dir)
     log("hakmem bench, %s mode: %s; results in %s" % (args.mode, ", ".join(a.name for a in allocs), out_dir))
     for bench in benches:
