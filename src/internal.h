@@ -252,7 +252,7 @@ hak_inline void block_set_next(hak_block_t *b, hak_block_t *next) {
 hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
   uintptr_t a = (uintptr_t)n;
   if (n != NULL && (a - s->start >= (uintptr_t)s->capacity * s->block_size ||
-                    (a - s->start) % s->block_size != 0))
+                    !slab_is_block_start_owned(s, a))) /* a multiplication, not a division */
     slab_corrupt_link(s, n);
 }
 /* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */

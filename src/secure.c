@@ -21,6 +21,7 @@
  * always differ; they depend on the address mod 8 only, so one random word, made at
  * start-up, holds all eight. */
 static uint64_t canary_w;
+static uint64_t canary_rot[8]; /* canary_w rotated right by 0..7 bytes (canary_at) */
 static bool use_avx2; /* per-byte work in 32-byte steps (secure_init) */
 /* x86 builds also compile the per-byte loops for AVX2 and pick at start-up. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -37,6 +38,8 @@ void secure_init(void) {
   hak_list_key |= (uintptr_t)0xC0C0 << 48;
   for (unsigned i = 0; i < 8; i++)
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
+  canary_rot[0] = canary_w;
+  for (unsigned r = 1; r < 8; r++) canary_rot[r] = canary_w >> (8 * r) | canary_w << (64 - 8 * r);
 #if SECURE_AVX2_VARIANTS
   __builtin_cpu_init();
   use_avx2 = __builtin_cpu_supports("avx2");
@@ -51,11 +54,9 @@ static inline uint64_t load64(uintptr_t a) {
 }
 static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
 
-/* The canary word as read from address a: byte i is the canary byte of a + i. */
-static inline uint64_t canary_at(uintptr_t a) {
-  unsigned r = (unsigned)(a & 7) * 8;
-  return r ? canary_w >> r | canary_w << (64 - r) : canary_w;
-}
+/* The canary word as read from address a: byte i is the canary byte of a + i (the
+ * word rotated by a mod 8 bytes, one of eight made at start-up). */
+static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
 
 /* ---- per-byte work ------------------------------------------------------------- */
 /* Canary fills and checks and the zero check are written once, over 32-byte vectors, and
@@ -181,7 +182,29 @@ static inline bool canary_intact(uintptr_t from, uintptr_t to) {
   if (hak_likely(to - from <= 32)) return canary_intact_short(from, to);
   return use_avx2 ? canary_intact_avx2(from, to) : canary_intact_base(from, to);
 }
+/* Blocks of up to 64 bytes, inline and a word a step: [16, z) zero, z = max(n, 16), the
+ * last word masked; [z, S - 8) canary bytes, the last word overlapping. */
+static inline bool still_clean_small(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
+  size_t n = secure_size_decode(secure_size_word(a, S));
+  if (n > S - SECURE_TAIL) return false;
+  uintptr_t z = a + (n < 16 ? 16 : n), end = a + S - 8;
+  const uint64_t *w = (const uint64_t *)a;
+  uint64_t acc = w[0] | (w[1] ^ block_free_tag(s));
+  for (uintptr_t p = a + 16; p < z; p += 8) {
+    uint64_t v = load64(p);
+    if (p + 8 > z) v &= ((uint64_t)1 << (8 * (z - p))) - 1; /* little-endian: the first bytes */
+    acc |= v;
+  }
+  for (uintptr_t p = z; p < end; p += 8) {
+    uintptr_t q = p + 8 > end ? end - 8 : p;
+    acc |= load64(q) ^ canary_at(q);
+  }
+  return acc == 0;
+}
+
 static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
+  if (hak_likely(s->block_size <= 64)) return still_clean_small(a, s);
   return use_avx2 ? still_clean_avx2(a, s) : still_clean_base(a, s);
 }
 
@@ -196,8 +219,10 @@ static inline size_t block_known(uintptr_t a, size_t S) {
   if (n - 1 >= S - SECURE_TAIL) return 0;
   return n < 16 ? 16 : n;
 }
+/* Only free blocks of two pages or more are purged (deferred.c). */
+static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && block_purged(a); }
 static inline size_t canary_known(uintptr_t a, size_t S) {
-  return block_purged(a) ? 0 : block_known(a, S);
+  return maybe_purged(a, S) ? 0 : block_known(a, S);
 }
 
 /* Hands out the block at a for n bytes, k = canary_known before any change: canary bytes
@@ -258,18 +283,42 @@ static inline void check_below(uintptr_t a, const hak_slab_t *s) {
   hak_compiler_barrier();
   size_t n = secure_size_decode(w);
   if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
-  if (n == 0 || (is_free && block_purged(b))) return;
-  if (is_free && n < 16) n = 16; /* a free block is zero to 16 bytes at least */
-  if (!canary_or_zero(load64(b + n), canary_at(b + n))) hak_fatal_at("heap overflow detected", (void *)b);
+  if (n == 0) return;
+  uint64_t w0, c;
+  if (is_free) {
+    if (maybe_purged(b, S)) return;
+    if (n < 16) n = 16; /* a free block is zero to 16 bytes at least */
+  } else if (n < 16) { /* another thread's free may be zeroing [n, 16) right now */
+    if (!canary_or_zero(load64(b + n), canary_at(b + n))) hak_fatal_at("heap overflow detected", (void *)b);
+    return;
+  }
+  w0 = load64(b + n);
+  c = canary_at(b + n);
+  if (w0 != c) hak_fatal_at("heap overflow detected", (void *)b);
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
-static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
+/* At free: the first canary word after the data and the size word, which together see
+ * any run off the end (the quarantine's check reads every byte later); and, in our own
+ * slab, the block below. */
+static inline void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
   size_t S = s->block_size;
   size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n > S - SECURE_TAIL || !canary_intact(a + n, a + S - 8))
+  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n))
     hak_fatal_at("heap overflow detected", (void *)a);
   if (own_slab) check_below(a, s);
+}
+
+/* Zero-on-free of [0, z), z >= 16, without a call for up to 32 bytes. */
+static inline void zero_data(uintptr_t a, size_t z) {
+  if (hak_likely(z <= 32)) {
+    store64(a, 0);
+    store64(a + 8, 0);
+    store64(a + z - 16, 0);
+    store64(a + z - 8, 0);
+  } else {
+    memset((void *)a, 0, z);
+  }
 }
 
 /* A free block's size word also tells calloc what it need not clear: the quarantine's
@@ -280,27 +329,44 @@ static void release_unchecked(void *p, hak_slab_t *s) {
   heap_free_slow(p, s);
 }
 
-/* check = false in a forked child for the other threads' heaps: a thread frozen in the
- * middle of free() may have left its last block half zeroed. */
-static void quarantine_release(void *p, bool check) {
-  uintptr_t a = (uintptr_t)p;
-  hak_slab_t *s = region_slab_of(a);
-  if (!check) {
-    release_unchecked(p, s);
+/* A block leaves h's quarantine: checked, then freed as the fast path frees (its tag is
+ * already in place) when it is h's and its slab not full, else as another heap's. */
+static void quarantine_release(hak_heap_t *h, hak_block_t *old) {
+  uintptr_t oa = (uintptr_t)old;
+  hak_slab_t *os = region_slab_of(oa);
+  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
+  h->quarantine_bytes -= os->block_size;
+  if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
+    if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
     return;
   }
-  if (!still_clean(a, s)) hak_fatal_at("write after free detected", p);
-  ((hak_block_t *)p)->free_tag = 0;
-  heap_free_slow(p, s);
+  old->free_tag = 0;
+  heap_free_other(old, os, h);
 }
 
+/* check = false in a forked child for the other threads' heaps: a thread frozen in the
+ * middle of free() may have left its last block half zeroed. */
 void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
-    void *q = h->quarantine[i];
+    hak_block_t *q = h->quarantine[i];
     __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
-    if (q) quarantine_release(q, check);
+    if (q == NULL) continue;
+    if (check) {
+      quarantine_release(h, q);
+    } else {
+      h->quarantine_bytes -= region_slab_of((uintptr_t)q)->block_size;
+      release_unchecked(q, region_slab_of((uintptr_t)q));
+    }
   }
 }
+
+/* A slot picked at random (the top bits of a linear congruential sequence). */
+static inline uint32_t quarantine_pick(hak_heap_t *h) {
+  uint32_t x = h->quarantine_rng * 1664525u + 1013904223u;
+  h->quarantine_rng = x;
+  return x >> (32 - 8);
+}
+_Static_assert(QUARANTINE_SLOTS == 256 || !HAKMEM_SECURE, "quarantine_pick gives 8 bits");
 
 void secure_free(void *p) {
   uintptr_t a = (uintptr_t)p;
@@ -324,33 +390,27 @@ void secure_free(void *p) {
   size_t S = s->block_size;
   check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
   size_t n = secure_size_decode(secure_size_word(a, S));
-  memset(p, 0, n < 16 ? 16 : n);
+  zero_data(a, n < 16 ? 16 : n);
   b->free_tag = tag;
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
     release_unchecked(p, s);
     return;
   }
-  uint32_t i = h->quarantine_next;
+  uint32_t i = quarantine_pick(h);
   hak_block_t *old = h->quarantine[i];
   __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
-  h->quarantine_next = (i + 1) % QUARANTINE_SLOTS;
-  if (old == NULL) return;
-  /* Release the oldest block: checked, then freed like the fast path frees (its tag is
-   * already in place) when it is ours and its slab not full. */
-  uintptr_t oa = (uintptr_t)old;
-  hak_slab_t *os = region_slab_of(oa);
-  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
-  if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
-    if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
-    return;
+  h->quarantine_bytes += (uint32_t)S;
+  if (old != NULL) quarantine_release(h, old);
+  /* Big blocks: more go, so that the quarantine holds a bounded amount of memory. */
+  while (hak_unlikely(h->quarantine_bytes > QUARANTINE_BYTES)) {
+    i = quarantine_pick(h);
+    old = h->quarantine[i];
+    if (old == NULL || old == b) continue;
+    __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED);
+    quarantine_release(h, old);
   }
-  old->free_tag = 0;
-  heap_free_slow(old, os);
 }
 
-/* calloc up to MID_MAX: a reused block needs clearing only in its first two words (link
- * and free tag; a third for a purge mark) and where its canary bytes were (see
- * block_known). */
 /* Past MID_MAX with the tail: a large block, which keeps n itself (its canaries are
  * large.c's). */
 static void *secure_large(size_t n, bool zero) {
@@ -371,7 +431,7 @@ void *secure_calloc(size_t n) {
   if (slab_owner(s) == OWNER_LARGE) return memset(p, 0, n);
   size_t S = s->block_size;
   size_t k = block_known(a, S);
-  bool purged = block_purged(a);
+  bool purged = maybe_purged(a, S);
   if (k == 0) {
     memset(p, 0, n);
   } else {

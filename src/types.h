@@ -69,6 +69,7 @@
 /* Hardened small blocks end in canary bytes and an encoded size word. */
 #define SECURE_TAIL (HAKMEM_SECURE ? 16 : 0)
 #define QUARANTINE_SLOTS (HAKMEM_SECURE ? 256 : 1)
+#define QUARANTINE_BYTES ((uint32_t)128 << 10)
 
 /* ---- geometry ------------------------------------------------------------------- */
 #define UNIT_SHIFT 16
@@ -243,9 +244,12 @@ typedef struct hak_heap {
   /* Held by the owner on every slow path that changes its lists, and by another thread
    * taking an idle heap's freed slabs back (see heap_reclaim_idle). */
   pthread_mutex_t lock;
-  /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
+  /* Hardened build: freed blocks wait here, zeroed, before they can be reused; each free
+   * takes the place of one picked at random (quarantine_rng), which is released, and
+   * more go while the blocks held exceed QUARANTINE_BYTES. */
   hak_block_t *quarantine[QUARANTINE_SLOTS];
-  uint32_t quarantine_next;
+  uint32_t quarantine_rng;
+  uint32_t quarantine_bytes;
 } hak_heap_t;
 
 #endif
