@@ -111,7 +111,7 @@ hak_inline bool canary_intact_body(uintptr_t from, uintptr_t to) {
   return v_zero(&diff);
 }
 
-/* Are the bytes in [from, to) all zero? Two vectors a step, the last load overlapping. */
+/* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
 hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
   size_t len = to - from;
   if (len < 8) {
@@ -126,11 +126,21 @@ hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
   }
   hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
   v_load(&a0, to - 32);
-  for (; from + 64 <= to; from += 64) {
+  for (; from + 128 <= to; from += 128) { /* four vectors a step */
+    hak_v4 u, v;
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    v_load(&u, from + 64);
+    v_load(&v, from + 96);
+    a0 |= x | u;
+    a1 |= y | v;
+  }
+  if (from + 64 <= to) {
     v_load(&x, from);
     v_load(&y, from + 32);
     a0 |= x;
     a1 |= y;
+    from += 64;
   }
   if (from + 32 <= to) {
     v_load(&x, from);
@@ -449,11 +459,10 @@ void *secure_malloc(size_t n) {
     if (hak_likely(b != NULL)) {
       slab_pop(s, b);
       uintptr_t a = (uintptr_t)b;
-      size_t S = s->block_size;
-      if (secure_size_decode(secure_size_word(a, S)) > S - SECURE_TAIL) /* its own, overrun */
-        hak_fatal_at("heap overflow detected", b);
+      size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
+      if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", b); /* its own, overrun */
       check_below(a, s);
-      arm_block(a, n, S);
+      arm_known(a, n, S, was == 0 || maybe_purged(a, S) ? 0 : was < 16 ? 16 : was);
       return b;
     }
   }
