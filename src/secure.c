@@ -291,20 +291,27 @@ static inline void check_below(uintptr_t a, const hak_slab_t *s) {
    * first (x86 keeps both orders). */
   bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
   hak_compiler_barrier();
-  size_t n = secure_size_decode(w);
+  size_t n0 = secure_size_decode(w), n = n0;
   if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
   if (n == 0) return;
-  uint64_t w0, c;
   if (is_free) {
     if (maybe_purged(b, S)) return;
     if (n < 16) n = 16; /* a free block is zero to 16 bytes at least */
   } else if (n < 16) { /* another thread's free may be zeroing [n, 16) right now */
-    if (!canary_or_zero(load64(b + n), canary_at(b + n))) hak_fatal_at("heap overflow detected", (void *)b);
+    if (hak_likely(canary_or_zero(load64(b + n), canary_at(b + n)))) return;
+  } else if (hak_likely(load64(b + n) == canary_at(b + n))) {
     return;
   }
-  w0 = load64(b + n);
-  c = canary_at(b + n);
-  if (w0 != c) hak_fatal_at("heap overflow detected", (void *)b);
+  if (is_free && load64(b + n) == canary_at(b + n)) return;
+  /* Not what it should be, or another thread changed the block since we read its tag and
+   * size word: its free wrote zeros, its tag and link over [n, 16), or its realloc grew
+   * it in place and the program wrote past the old size. Both are read again, after the
+   * canary word (x86 keeps the order of stores and of loads): a block that has since
+   * become free or changed size is not judged. */
+  hak_compiler_barrier();
+  bool now_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  if (now_free != is_free || secure_size_decode(w) != n0) return;
+  hak_fatal_at("heap overflow detected", (void *)b);
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
