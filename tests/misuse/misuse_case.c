@@ -100,11 +100,11 @@ static void setup_failed(const char *what) {
 }
 
 /* malloc whose result the compiler cannot see through; the first byte is written so
- * the block is really in use. */
+ * the block is really in use (a malloc(0) block has none: any access faults). */
 static char *xmalloc(size_t size) {
   char *p = tu_hide(malloc(size));
   if (p == NULL) setup_failed("malloc returned NULL");
-  p[0] = 1;
+  if (size > 0) p[0] = 1;
   return p;
 }
 
