@@ -125,6 +125,7 @@ void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
 #define REMOTE_COUNTER_SHARDS 16
 typedef struct { _Alignas(64) _Atomic uint64_t pushes, blocks; } hak_remote_counter_t;
 extern hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
+uint64_t stats_remote_total(bool blocks); /* the shards summed: pushes, or blocks */
 
 /* ---- foreign.c: pointers that are not ours ------------------------------------ */
 /* A pointer not in any region: NULL, a libc block, or garbage. */

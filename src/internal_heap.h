@@ -137,7 +137,6 @@ typedef struct stats_walk {
   uint64_t live[NUM_CLASSES], slabs[NUM_CLASSES];
 } stats_walk_t;
 void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end);
-uint64_t stats_remote_total(bool blocks); /* the shards summed: pushes, or blocks */
 void stats_print(FILE *out);
 struct mallinfo2 hak_mallinfo2(void);
 

@@ -89,11 +89,17 @@ static void *purge_thread_main(void *arg) {
   /* Half a period while it finds work: memory that other threads' frees emptied in an
    * idle heap is taken back within half a period, and purged a delay later. */
   uint64_t period = purge_period_ms() / 2, sleep_ms = period;
+  uint64_t pushes = stats_remote_total(false);
   for (int low = 0; low < 2;) {
     purge_wait(sleep_ms);
     size_t done = purge_thread_pass(os_now_ms());
-    /* Back off while there is nothing to do; a purge scheduled sooner wakes it. */
-    sleep_ms = done ? period : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS : sleep_ms * 2;
+    /* Back off while there is nothing to do and no thread frees into another's slabs
+     * (the work that comes once the freeing ends); a purge scheduled sooner wakes it. */
+    uint64_t now_pushes = stats_remote_total(false);
+    bool active = now_pushes != pushes;
+    pushes = now_pushes;
+    sleep_ms = done || active ? period
+               : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS : sleep_ms * 2;
     low = committed_now() < PURGE_THREAD_START_BYTES ? low + 1 : 0;
   }
   atomic_store_explicit(&pt_state, PT_NONE, memory_order_release);

@@ -74,15 +74,6 @@ void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end) {
   pthread_mutex_unlock(&heaps_lock);
 }
 
-uint64_t stats_remote_total(bool blocks) {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < REMOTE_COUNTER_SHARDS; i++) {
-    hak_remote_counter_t *c = &hak_remote_counters[i];
-    sum += atomic_load_explicit(blocks ? &c->blocks : &c->pushes, memory_order_relaxed);
-  }
-  return sum;
-}
-
 typedef struct totals {
   stats_walk_t w;
   size_t small_in_use, large_in_use, huge_mapped;
