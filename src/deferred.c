@@ -193,8 +193,8 @@ hak_export int hak_malloc_trim(size_t pad) {
  * A thread that went quiet (blocked, asleep) may never take a slow path again, and its
  * heap keeps what its deferred work would have given back: queue heads with every block
  * free, pending remote chains that keep other heaps' slabs from emptying, cached spans.
- * The purge thread does that work for it, holding heaps_lock and the heap's lock, which
- * the owner holds on every slow path. The cached spans need nothing more. The heads and
+ * The purge thread does that work for it, holding the heap's lock, which the owner holds
+ * on every slow path (and a thread taking the heap over waits for). The cached spans need nothing more. The heads and
  * chains are also written on the owner's fast paths, without a lock, so the purge
  * thread first fences them (empty direct slots and queue heads send the owner's malloc
  * to the slow path, where it waits for the heap's lock; chains marked with a fence send

@@ -220,6 +220,11 @@ hak_heap_t *heap_get(void) {
     if (h == NULL) return NULL;
     for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
     atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
+  } else {
+    /* A heap taken over: the purge thread may be trimming it (it holds the heap's lock
+     * for that, and saw no owner); wait for it before using the heap. */
+    pthread_mutex_lock(&h->lock);
+    pthread_mutex_unlock(&h->lock);
   }
   __atomic_store_n(&h->tid, os_thread_id(), __ATOMIC_RELAXED);
   hak_tls_heap = hak_tls_alloc = h;

@@ -39,8 +39,11 @@ static size_t committed_now(void) {
          atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
 }
 
-/* Idle heaps, one at a time: each is trimmed under heaps_lock and its own lock, and its
- * uncarved heads are purged after heaps_lock is let go, still under its lock. */
+/* Idle heaps, one at a time, each under its own lock: heaps_lock is held only to pick the
+ * next one, so that threads starting and exiting never wait for a trim. Holding the
+ * heap's lock is enough: it cannot be dissolved meanwhile, and a thread taking it over
+ * waits for the lock before it uses it (heap_get), so the owner whose sleep the trim
+ * proves stays the owner. */
 static size_t trim_idle_heaps(uint64_t now) {
   size_t done = 0;
   hak_slab_t *uncarved[NUM_CLASSES];
@@ -61,8 +64,8 @@ static size_t trim_idle_heaps(uint64_t now) {
       pthread_mutex_unlock(&heaps_lock);
       return done;
     }
-    size_t n = heap_trim_idle_locked(h, now, uncarved);
     pthread_mutex_unlock(&heaps_lock);
+    size_t n = heap_trim_idle_locked(h, now, uncarved);
     for (size_t i = 0; i < n; i++) {
       size_t bytes = (size_t)uncarved[i]->units * UNIT_SIZE;
       os_purge((void *)slab_base(uncarved[i]), bytes);
