@@ -25,16 +25,29 @@ static size_t append(char *buf, size_t at, const char *s) {
   return at;
 }
 
-static size_t append_hex(char *buf, size_t at, uintptr_t v) {
-  char tmp[17];
-  int n = 0;
+/* v in decimal, or in hex after "0x", at buf (no NUL); returns the characters written,
+ * at most 20 and 18. */
+static size_t fmt_digits(char *buf, uint64_t v, unsigned base) {
+  char tmp[24];
+  size_t n = 0;
   do {
-    tmp[n++] = "0123456789abcdef"[v & 15];
-    v >>= 4;
+    tmp[n++] = "0123456789abcdef"[v % base];
+    v /= base;
   } while (v);
-  at = append(buf, at, "0x");
-  while (n > 0 && at < 250) buf[at++] = tmp[--n];
-  return at;
+  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+size_t hak_fmt_dec(char *buf, uint64_t v) { return fmt_digits(buf, v, 10); }
+
+size_t hak_fmt_hex(char *buf, uint64_t v) {
+  buf[0] = '0';
+  buf[1] = 'x';
+  return 2 + fmt_digits(buf + 2, v, 16);
+}
+
+static size_t append_hex(char *buf, size_t at, uintptr_t v) {
+  return at <= 250 - 18 ? at + hak_fmt_hex(buf + at, v) : at;
 }
 
 _Noreturn void hak_fatal(const char *msg) {

@@ -13,6 +13,8 @@
 
 /* ---- error.c: one-line reports, then abort; calls nothing of hakmem's ------------ */
 void hak_write_stderr(const char *msg, size_t len); /* write(2) all of it, no allocation */
+size_t hak_fmt_dec(char *buf, uint64_t v); /* digits at buf, no NUL; returns how many */
+size_t hak_fmt_hex(char *buf, uint64_t v); /* "0x" and hex digits, no NUL */
 _Noreturn void hak_fatal(const char *msg);
 _Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
 _Noreturn void hak_fatal_at(const char *what, const void *p);

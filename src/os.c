@@ -149,23 +149,14 @@ static size_t read_proc(const char *path, char *buf, size_t size) {
   return (size_t)n;
 }
 
-static char *put_decimal(char *at, unsigned long v) {
-  char tmp[24];
-  int n = 0;
-  do tmp[n++] = (char)('0' + v % 10);
-  while ((v /= 10) != 0);
-  while (n > 0) *at++ = tmp[--n];
-  return at;
-}
-
 /* Is thread tid of this process asleep in the kernel (state S)? *mark gets the CPU time
  * it has run so far: the same mark, still asleep, later means it ran no instruction in
  * between. Its time is read before its state, so that a thread that was running when
  * the time was read (and so had its latest run not yet counted) is seen running. */
 bool os_thread_asleep(int tid, uint64_t *mark) {
   char path[64], buf[512];
-  char *end = put_decimal(path + sizeof "/proc/self/task/" - 1,
-                          (unsigned long)tid);
+  char *end = path + sizeof "/proc/self/task/" - 1;
+  end += hak_fmt_dec(end, (uint64_t)tid);
   memcpy(path, "/proc/self/task/", sizeof "/proc/self/task/" - 1);
   memcpy(end, "/schedstat", sizeof "/schedstat");
   if (read_proc(path, buf, sizeof buf) == 0) return false;

@@ -112,7 +112,7 @@ static int write_profile(const char *path) {
 static bool profile_path(char *buf, size_t size, const char *what) {
   const char *prefix = hak_opt.prof_prefix ? hak_opt.prof_prefix : PROF_DEFAULT_PREFIX;
   char pid[24];
-  pid[prof_fmt_u64(pid, (uint64_t)getpid())] = '\0';
+  pid[hak_fmt_dec(pid, (uint64_t)getpid())] = '\0';
   size_t lp = strlen(prefix), lq = strlen(pid), lw = strlen(what);
   if (lp + lq + lw + 8 > size) return false;
   memcpy(buf, prefix, lp);
@@ -278,7 +278,7 @@ hak_export int hak_prof_dump(const char *path) {
   char buf[4096];
   if (path == NULL) {
     char what[24];
-    what[prof_fmt_u64(what, atomic_fetch_add(&dump_seq, 1))] = '\0';
+    what[hak_fmt_dec(what, atomic_fetch_add(&dump_seq, 1))] = '\0';
     if (!profile_path(buf, sizeof buf, what)) return ENAMETOOLONG;
     path = buf;
   }

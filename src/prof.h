@@ -41,8 +41,6 @@ size_t prof_symbolize(uintptr_t addr, char *buf, size_t size);
 /* The leak report on stderr: the stacks with live bytes, largest first, at most `max`. */
 void prof_leak_report(const prof_stack_t *stacks, const uint32_t *order, size_t count, long rate,
                       size_t max);
-/* Formats x in decimal into buf (at least 24 bytes); returns the length. */
-size_t prof_fmt_u64(char *buf, uint64_t x);
 
 /* ---- prof_unwind.c: the stack of the caller, leaf first (libgcc, cached) ------- */
 void prof_unwind_init(void);          /* finds this library's code, whose frames are dropped */

@@ -18,30 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-size_t prof_fmt_u64(char *buf, uint64_t x) {
-  char tmp[24];
-  size_t n = 0;
-  do {
-    tmp[n++] = (char)('0' + x % 10);
-    x /= 10;
-  } while (x);
-  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
-  return n;
-}
-
-static size_t fmt_hex(char *buf, uint64_t x) {
-  char tmp[20];
-  size_t n = 0;
-  do {
-    tmp[n++] = "0123456789abcdef"[x & 15];
-    x >>= 4;
-  } while (x);
-  buf[0] = '0';
-  buf[1] = 'x';
-  for (size_t i = 0; i < n; i++) buf[2 + i] = tmp[n - 1 - i];
-  return n + 2;
-}
-
 /* The mapped file whose .symtab was read last. */
 static struct {
   char path[512];
@@ -130,7 +106,7 @@ size_t prof_symbolize(uintptr_t addr, char *buf, size_t size) {
   at = append(buf, at, size, name ? name : "??");
   if (name) {
     at = append(buf, at, size, "+");
-    num[fmt_hex(num, off)] = '\0';
+    num[hak_fmt_hex(num, off)] = '\0';
     at = append(buf, at, size, num);
   }
   if (info.dli_fname != NULL) {
@@ -146,7 +122,7 @@ size_t prof_symbolize(uintptr_t addr, char *buf, size_t size) {
 static void put(const char *s) { hak_write_stderr(s, strlen(s)); }
 static void put_u64(uint64_t x) {
   char b[24];
-  hak_write_stderr(b, prof_fmt_u64(b, x));
+  hak_write_stderr(b, hak_fmt_dec(b, x));
 }
 
 #define LEAK_FRAMES 16
@@ -194,7 +170,7 @@ void prof_leak_report(const prof_stack_t *all, const uint32_t *order, size_t use
       size_t n = 0;
       n = append(line, n, sizeof line, "    #");
       char num[24];
-      num[prof_fmt_u64(num, k)] = '\0';
+      num[hak_fmt_dec(num, k)] = '\0';
       n = append(line, n, sizeof line, num);
       n = append(line, n, sizeof line, " ");
       n += prof_symbolize(stacks(best).frames[k], line + n, sizeof line - n - 1);
