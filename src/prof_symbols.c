@@ -4,8 +4,10 @@
  * otherwise (a static function, or a program not linked with -rdynamic) from the
  * .symtab of the file on disk, which the linker keeps unless the file was stripped:
  * the file is mapped read-only, its section headers give the symbol and string tables,
- * and the function whose range holds the address wins. No malloc, no stdio: this runs
- * inside the allocator at exit. The last file's mapping is kept for the next address. */
+ * and the function whose range holds the address wins. A stripped file's names come from
+ * its detached debug file, found by build ID under /usr/lib/debug/.build-id (where
+ * Debian's -dbg and -dbgsym packages put them). No malloc, no stdio: this runs inside
+ * the allocator at exit. The last file's mapping is kept for the next address. */
 
 #include "prof.h"
 
@@ -25,12 +27,7 @@ static struct {
   size_t size;
 } symfile;
 
-static const uint8_t *map_file(const char *path, size_t *size) {
-  if (symfile.map != NULL && strcmp(symfile.path, path) == 0) {
-    *size = symfile.size;
-    return symfile.map;
-  }
-  if (strlen(path) >= sizeof symfile.path) return NULL;
+static const uint8_t *map_path(const char *path, size_t *size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NULL;
   struct stat st;
@@ -39,11 +36,84 @@ static const uint8_t *map_file(const char *path, size_t *size) {
     m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return NULL;
+  *size = (size_t)st.st_size;
+  return m;
+}
+
+/* The file's section headers, or NULL when it is not a 64-bit ELF file with them. */
+static const ElfW(Shdr) *sections(const uint8_t *f, size_t size, size_t *count) {
+  if (size < sizeof(ElfW(Ehdr)) || memcmp(f, ELFMAG, SELFMAG) != 0 || f[EI_CLASS] != ELFCLASS64)
+    return NULL;
+  const ElfW(Ehdr) *eh = (const void *)f;
+  if (eh->e_shoff == 0 || eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > size) return NULL;
+  *count = eh->e_shnum;
+  return (const void *)(f + eh->e_shoff);
+}
+
+static int has_symtab(const uint8_t *f, size_t size) {
+  size_t n = 0;
+  const ElfW(Shdr) *sh = sections(f, size, &n);
+  for (size_t i = 0; sh != NULL && i < n; i++)
+    if (sh[i].sh_type == SHT_SYMTAB) return 1;
+  return 0;
+}
+
+/* /usr/lib/debug/.build-id/xx/yyyy.debug for the file's GNU build ID, or 0. */
+static int debug_path(const uint8_t *f, size_t size, char *out, size_t out_size) {
+  static const char dir[] = "/usr/lib/debug/.build-id/";
+  static const char hex[] = "0123456789abcdef";
+  size_t n = 0;
+  const ElfW(Shdr) *sh = sections(f, size, &n);
+  for (size_t i = 0; sh != NULL && i < n; i++) {
+    if (sh[i].sh_type != SHT_NOTE || sh[i].sh_offset + sh[i].sh_size > size) continue;
+    const uint8_t *p = f + sh[i].sh_offset, *end = p + sh[i].sh_size;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const ElfW(Nhdr) *nh = (const void *)p;
+      const uint8_t *desc = p + sizeof *nh + ((nh->n_namesz + 3) & ~3u);
+      if (desc + nh->n_descsz > end) break;
+      if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(p + sizeof *nh, "GNU", 4) == 0 &&
+          nh->n_descsz >= 2 && sizeof dir + 2 * nh->n_descsz + 8 <= out_size) {
+        size_t at = sizeof dir - 1;
+        memcpy(out, dir, at);
+        for (size_t k = 0; k < nh->n_descsz; k++) {
+          out[at++] = hex[desc[k] >> 4];
+          out[at++] = hex[desc[k] & 15];
+          if (k == 0) out[at++] = '/';
+        }
+        memcpy(out + at, ".debug", 7);
+        return 1;
+      }
+      p = desc + ((nh->n_descsz + 3) & ~3u);
+    }
+  }
+  return 0;
+}
+
+/* The mapping that holds path's symbol table: the file itself, or its debug file. */
+static const uint8_t *map_file(const char *path, size_t *size) {
+  if (symfile.map != NULL && strcmp(symfile.path, path) == 0) {
+    *size = symfile.size;
+    return symfile.map;
+  }
+  if (strlen(path) >= sizeof symfile.path) return NULL;
+  const uint8_t *m = map_path(path, size);
+  if (m == NULL) return NULL;
+  char dbg[128];
+  if (!has_symtab(m, *size) && debug_path(m, *size, dbg, sizeof dbg)) {
+    size_t dsize;
+    const uint8_t *d = map_path(dbg, &dsize);
+    if (d != NULL && has_symtab(d, dsize)) {
+      munmap((void *)m, *size);
+      m = d;
+      *size = dsize;
+    } else if (d != NULL) {
+      munmap((void *)d, dsize);
+    }
+  }
   if (symfile.map != NULL) munmap((void *)symfile.map, symfile.size);
   symfile.map = m;
-  symfile.size = (size_t)st.st_size;
+  symfile.size = *size;
   strcpy(symfile.path, path);
-  *size = symfile.size;
   return m;
 }
 
@@ -52,12 +122,10 @@ static const uint8_t *map_file(const char *path, size_t *size) {
 static const char *symtab_lookup(const char *path, uintptr_t vaddr, uintptr_t *off) {
   size_t size;
   const uint8_t *f = map_file(path, &size);
-  if (f == NULL || memcmp(f, ELFMAG, SELFMAG) != 0 || f[EI_CLASS] != ELFCLASS64) return NULL;
-  const ElfW(Ehdr) *eh = (const void *)f;
-  if (eh->e_shoff == 0 || eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > size) return NULL;
-  const ElfW(Shdr) *sh = (const void *)(f + eh->e_shoff);
-  for (size_t i = 0; i < eh->e_shnum; i++) {
-    if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+  size_t nsec = 0;
+  const ElfW(Shdr) *sh = f != NULL ? sections(f, size, &nsec) : NULL;
+  for (size_t i = 0; sh != NULL && i < nsec; i++) {
+    if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= nsec) continue;
     const ElfW(Shdr) *str = &sh[sh[i].sh_link];
     if (sh[i].sh_offset + sh[i].sh_size > size || str->sh_offset + str->sh_size > size) return NULL;
     const ElfW(Sym) *sym = (const void *)(f + sh[i].sh_offset);

@@ -217,12 +217,28 @@ print(len(d))
 """
 
 
+def debug_file(binary):
+    """The detached debug file of binary (Debian's -dbg/-dbgsym packages), or None."""
+    out = subprocess.run(["readelf", "-n", binary], capture_output=True, text=True)
+    m = re.search(r"Build ID: ([0-9a-f]+)", out.stdout)
+    if not m:
+        return None
+    path = "/usr/lib/debug/.build-id/%s/%s.debug" % (m.group(1)[:2], m.group(1)[2:])
+    return path if os.path.exists(path) else None
+
+
+ALLOC_FN = r"^_?Py\w*(Alloc|Malloc|New|FromStringAndSize|Wcsdup|Realloc)"
+
+
 def cmd_python(args, pprof, prefix):
     py = "/usr/bin/python3"
     if not os.path.exists(py):
         print("no", py)
         sys.exit(SKIP)
-    out = run(args, [py, "-c", PY_SCRIPT], {"HAKMEM_PROF_RATE": "1", "LD_PRELOAD": os.path.abspath(args.lib)}, prefix)
+    real = os.path.realpath(py)
+    dbg = debug_file(real)
+    env = {"HAKMEM_PROF_RATE": "1", "HAKMEM_PROF_LEAKS": "1", "LD_PRELOAD": os.path.abspath(args.lib)}
+    out = run(args, [py, "-c", PY_SCRIPT], env, prefix)
     check(out.returncode == 0 and out.stdout.strip() == "400000", "python3 failed: %s" % out.stderr)
     fs = files(prefix)
     check(len(fs) == 1, "one profile expected, found %s" % fs)
@@ -232,16 +248,31 @@ def cmd_python(args, pprof, prefix):
     stacks.sort(key=lambda s: -s[0][1])
     top = stacks[0][1]
     print("top stack by alloc_space:", stacks[0][0], " <- ".join(top[:8]))
-    check("_PyEval_EvalFrameDefault" in top, "the top stack does not reach the interpreter loop")
-    # Debian's python3 is stripped: its static functions (dictresize, _PyObject_Malloc)
-    # have no name without its debug symbols. The heaviest stack whose allocating function
-    # has a name must name one of the interpreter's allocation functions.
-    named = [s for s in stacks if s[1] and s[1][0] != "?"]
-    check(named, "no stack has a named allocating function")
-    if named:
-        print("top named stack:", named[0][0], " <- ".join(named[0][1][:6]))
-        check(re.match(r"^_?Py\w*(Alloc|Malloc|New|FromStringAndSize|Wcsdup|Realloc)", named[0][1][0]),
-              "the top named stack's allocating function is not the interpreter's: %s" % named[0][1])
+    check("_PyEval_EvalFrameDefault" in top or "_PyEval_EvalFrame" in top,
+          "the top stack does not reach the interpreter loop")
+    if dbg is None:
+        # Stripped and without its debug file (python3.X-dbg), the interpreter's static
+        # functions (dictresize, _PyMem_RawMalloc) have no name: the heaviest stack whose
+        # allocating function has one must name one of the interpreter's allocators.
+        print("no debug file for %s: install python3-dbg for the full check" % real)
+        named = [s for s in stacks if s[1] and s[1][0] != "?"]
+        check(named, "no stack has a named allocating function")
+        if named:
+            print("top named stack:", named[0][0], " <- ".join(named[0][1][:6]))
+            check(re.match(ALLOC_FN, named[0][1][0]),
+                  "the top named stack's allocating function is not the interpreter's: %s" % named[0][1])
+        return
+    # With the debug file, pprof names every frame: the dict's growth allocates the most.
+    print("debug file:", dbg)
+    check(re.match(ALLOC_FN, top[0]), "the top stack's allocating function is not the interpreter's: %s" % top[:4])
+    check(any(f in top for f in ("dictresize", "insertion_resize", "new_keys_object")),
+          "the top stack does not name the dict's resize: %s" % top[:8])
+    # The leak report reads the same debug file: the interpreter's frames all have names.
+    frames = [l for l in out.stderr.splitlines()
+              if l.startswith("    #") and ("(%s)" % py in l or "(%s)" % real in l)]
+    check(frames, "the leak report has no frame in the interpreter: %s" % out.stderr[-400:])
+    check(all("??" not in l for l in frames), "the leak report has unnamed interpreter frames: %s" %
+          [l for l in frames if "??" in l][:3])
 
 
 def cmd_double_free(args, pprof, prefix):
