@@ -54,11 +54,11 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
  * head, so a thread that went quiet holds no dirty memory and one that did not loses
  * nothing. aux holds when the head was first seen empty (only the pin in `used`). */
 static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
-  if (hak_opt.purge_delay_ms < 0) return;
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     hak_slab_t *s = h->pinned[c];
-    if (s == NULL || s->used != 1 || s->capacity == 0) {
-      if (s) s->aux = 0;
+    if (s == NULL) continue;
+    if (s->used != 1 || s->capacity == 0) {
+      if (s->aux) s->aux = 0;
       continue;
     }
     if (s->aux == 0) s->aux = now;
@@ -114,8 +114,17 @@ static void heap_trim_stale(hak_heap_t *h) {
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
   pthread_mutex_lock(&h->lock);
   h->next_deferred_ms = now + DEFERRED_PERIOD_MS;
-  heap_remote_flush(h);
-  heap_purge_idle_heads(h, now);
+  /* A single-threaded program has no chain to push and no abandoned slab to sweep:
+   * looking costs it a walk of 64 chains and of every class's abandoned list per pass. */
+  if (atomic_load_explicit(&slab_remote_seen, memory_order_relaxed)) heap_remote_flush(h);
+  /* Heads are looked at every quarter of the delay, not at every pass: a busy heap
+   * reads its heads' descriptors less often, and a head is still purged within a delay
+   * and a half of its last use. */
+  if (hak_opt.purge_delay_ms >= 0 && now >= h->next_idle_heads_ms) {
+    uint64_t step = (uint64_t)hak_opt.purge_delay_ms / 4;
+    h->next_idle_heads_ms = now + (step > DEFERRED_PERIOD_MS ? step : DEFERRED_PERIOD_MS);
+    heap_purge_idle_heads(h, now);
+  }
   if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
   if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
     h->next_block_purge_ms = now + purge_period_ms();

@@ -16,8 +16,11 @@ pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 hak_heap_t *heaps_all;
 static hak_heap_t *heaps_pool;
 
-/* Slabs whose owner exited while blocks were live, per class; under region_lock. */
+/* Slabs whose owner exited while blocks were live, per class; under region_lock. Bit c
+ * of heap_abandoned_classes is set while class c's list may be non-empty (cleared by
+ * the sweep), so a program whose threads never exit sweeps nothing. */
 hak_slab_queue_t heap_abandoned[NUM_CLASSES];
+static uint64_t heap_abandoned_classes;
 
 /* ---- heap life cycle ---------------------------------------------------------------- */
 /* A cleared heap structure on the list of all heaps (heap_handle.c's slots, recycled
@@ -261,8 +264,10 @@ hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c) {
  * abandoned for the purge delay (aux: when), or at once with `all`. Caller holds
  * region_lock. */
 void heap_sweep_abandoned_locked(uint64_t now, bool all) {
-  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+  for (uint64_t classes = heap_abandoned_classes; classes != 0; classes &= classes - 1) {
+    uint32_t c = (uint32_t)__builtin_ctzll(classes);
     hak_slab_t *s = heap_abandoned[c].head;
+    if (s == NULL) heap_abandoned_classes &= ~((uint64_t)1 << c);
     while (s != NULL) {
       hak_slab_t *next = s->next;
       if (slab_has_remote(s)) slab_collect(s);
@@ -372,6 +377,7 @@ static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
           s->aux = now;
           __atomic_store_n(&s->owner, OWNER_ABANDONED, __ATOMIC_RELEASE);
           queue_push_back(&heap_abandoned[c], s);
+          heap_abandoned_classes |= (uint64_t)1 << c;
         }
       }
     }

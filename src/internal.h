@@ -269,7 +269,8 @@ bool slab_has_stale(const hak_slab_t *s); /* written pages past the carved block
 size_t slab_trim_stale(hak_slab_t *s);    /* purge them */
 size_t slab_uncarve(hak_slab_t *s);       /* none out: drop the carving; bytes to purge */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
-extern _Atomic bool slab_remote_seen; /* has any thread ever freed into another's slab? */
+extern _Atomic bool slab_remote_seen; /* has any thread ever chained or pushed a free into
+                                         another's slab? */
 hak_inline bool slab_has_remote(hak_slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != 0;
 }

@@ -58,6 +58,9 @@ void heap_remote_flush(hak_heap_t *h); /* push every pending chain */
 hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
   struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
   if (hak_unlikely(rc->slab != s)) {
+    /* Until a first chain, deferred work has none to look for (deferred.c). */
+    if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
+      atomic_store_explicit(&slab_remote_seen, true, memory_order_relaxed);
     remote_chain_start(h, rc, s, b);
     return;
   }

@@ -144,8 +144,9 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
 }
 
 /* Pushes the chain head..tail (already linked, `count` blocks) onto s's remote list. */
-/* Set by the first push: until then no full slab can hold remote frees, and a program
- * with one thread never looks for them (two cold descriptors on every refill). Relaxed:
+/* Set by the first chain (internal_heap.h) or push: until then no full slab can hold
+ * remote frees and no heap has a chain, and a program with one thread never looks for
+ * them (two cold descriptors on every refill, 64 chains at every deferred pass). Relaxed:
  * a look that misses
  * a push only finds its blocks at a later refill. */
 _Atomic bool slab_remote_seen;

@@ -255,6 +255,7 @@ typedef struct hak_heap {
   uint64_t slow_calls;                  /* drives deferred work */
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
+  uint64_t next_idle_heads_ms;          /* the next look at empty queue heads */
   uint64_t stale_classes;               /* classes given a slab with stale pages since the
                                            last heap_trim_stale (bit c: class c) */
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
