@@ -69,10 +69,14 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
 
 /* Free blocks of a page or more keep only their first words (list link, free tag, the
  * mark below) resident: the whole pages inside them go back to the OS, so a few live
- * blocks no longer hold a slab's worth of memory. The mark in the third word saves
- * purging a block twice; a block handed out and freed again that kept its third word
- * unwritten is simply skipped. */
-static void heap_purge_free_blocks(hak_heap_t *h) {
+ * blocks no longer hold a slab's worth of memory. Only blocks that two passes in a row
+ * (a purge period apart) found free, or all with `all` (malloc_trim): the first pass
+ * marks a block seen, so that one freed just before a pass and soon reused keeps its
+ * pages (the hardened build, whose free blocks must read zero past the tag, purges at
+ * once). The marks in the third word also save purging a block twice; a block handed
+ * out and freed again that kept its third word unwritten keeps its mark. */
+#define SEEN_MARK 0x5365656e467265ull
+static void heap_purge_free_blocks(hak_heap_t *h, bool all) {
   size_t page = os_page_size();
   for (uint32_t c = TINY_CLASSES; c < NUM_CLASSES; c++) {
     if (class_size[c] < 2 * page) continue;
@@ -80,8 +84,12 @@ static void heap_purge_free_blocks(hak_heap_t *h) {
       hak_block_t *lists[2] = {s->free, s->local_free};
       for (int l = 0; l < 2; l++) {
         for (hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
-          uintptr_t a = (uintptr_t)b;
+          uintptr_t a = (uintptr_t)b, *mark = &((uintptr_t *)a)[2];
           if (block_purged(a)) continue;
+          if (!HAKMEM_SECURE && !all && *mark != (a ^ hak_cookie ^ SEEN_MARK)) {
+            *mark = a ^ hak_cookie ^ SEEN_MARK;
+            continue;
+          }
           uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
           uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
           if (to > from) {
@@ -128,7 +136,7 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
   if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
   if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
     h->next_block_purge_ms = now + purge_period_ms();
-    heap_purge_free_blocks(h);
+    heap_purge_free_blocks(h, false);
   }
   if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
   /* Only other threads' frees change a full slab: until a first one, there is nothing to
@@ -157,7 +165,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   if (h != &hak_heap_empty) {
     pthread_mutex_lock(&h->lock);
     heap_remote_flush(h);
-    heap_purge_free_blocks(h);
+    heap_purge_free_blocks(h, true);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       released += heap_collect_full(h, c);
       if (release_all) heap_unpin(h, c);
