@@ -54,9 +54,13 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
  * head, so a thread that went quiet holds no dirty memory and one that did not loses
  * nothing. aux holds when the head was first seen empty (only the pin in `used`). */
 static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
-  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+  for (uint64_t classes = h->pinned_classes; classes != 0; classes &= classes - 1) {
+    uint32_t c = (uint32_t)__builtin_ctzll(classes);
     hak_slab_t *s = h->pinned[c];
-    if (s == NULL) continue;
+    if (s == NULL) {
+      h->pinned_classes &= ~((uint64_t)1 << c);
+      continue;
+    }
     if (s->used != 1 || s->capacity == 0) {
       if (s->aux) s->aux = 0;
       continue;

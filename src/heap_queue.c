@@ -24,7 +24,10 @@ void heap_head_changed(hak_heap_t *h, uint32_t c) {
   hak_slab_queue_t *q = &h->queue[c];
   hak_slab_t *head = q->head, *old = h->pinned[c];
   if (old != head) {
-    if (head) head->used++;
+    if (head) {
+      head->used++;
+      h->pinned_classes |= (uint64_t)1 << c;
+    }
     h->pinned[c] = head;
     if (old && --old->used == 0) { /* emptied while pinned: it is still queued */
       queue_remove(q, old);

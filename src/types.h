@@ -113,7 +113,7 @@ enum region_map_kind {
 #define TINY_CLASSES 20 /* 16..128 by 16, then 4 per doubling to 1024 */
 #define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
-_Static_assert(NUM_CLASSES <= 64, "hak_heap_t.stale_classes has a bit per class");
+_Static_assert(NUM_CLASSES <= 64, "hak_heap_t's class bit masks have a bit per class");
 #define DIRECT_SLOTS (TINY_MAX / 16 + 1)
 /* Aligned allocation up to this size (and so alignment) goes through direct slots: the
  * tiny ones, and one more per mid class up to it (1280 .. 4096), after them. */
@@ -256,6 +256,8 @@ typedef struct hak_heap {
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
   uint64_t next_idle_heads_ms;          /* the next look at empty queue heads */
+  uint64_t pinned_classes;              /* bit c set when pinned[c] was last made non-NULL
+                                           (cleared by that look when it finds NULL) */
   uint64_t stale_classes;               /* classes given a slab with stale pages since the
                                            last heap_trim_stale (bit c: class c) */
   struct hak_heap *all_next, *all_prev; /* every live heap, for trim/stats/fork */
