@@ -33,7 +33,8 @@ size_t block_usable_size(void *p, const char *fn) {
 }
 
 HAK_CHECKED_ENTRY(size_t, hak_malloc_usable_size, (void *p)) {
-  return block_usable_size(p, "malloc_usable_size");
+  size_t n = fast_usable_size(p);
+  return hak_likely(n != 0) ? n : block_usable_size(p, "malloc_usable_size");
 }
 
 HAK_CHECKED_ENTRY(void *, hak_calloc, (size_t count, size_t size)) {

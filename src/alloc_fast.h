@@ -80,4 +80,19 @@ hak_inline void fast_free(void *p) {
   free_unmapped(p);
 }
 
+/* malloc_usable_size of a block in a slab that a heap owns (its class size), found and
+ * checked as free's fast path finds it; 0 for every other pointer, which
+ * block_usable_size sorts out (a heap block's size is never 0). */
+hak_inline size_t fast_usable_size(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (HAKMEM_SECURE || hak_unlikely((a >> UNIT_SHIFT) >= hak_tso_load(&slab_map_units))) return 0;
+  __asm__ volatile("" ::: "memory"); /* slab_map after slab_map_units, as in fast_free */
+  const hak_slab_t *s = slab_map_lookup(a);
+  uintptr_t owner = slab_owner(s);
+  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
+                 slab_is_block_start_owned(s, a)))
+    return s->block_size;
+  return 0;
+}
+
 #endif

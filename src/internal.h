@@ -73,6 +73,7 @@ extern uint32_t class_size[NUM_CLASSES];
 extern uint8_t class_units[NUM_CLASSES];
 extern uint16_t class_carve[NUM_CLASSES]; /* blocks one carve of a slab makes */
 extern uint8_t class_of_direct[DIRECT_SLOTS];
+extern uint8_t class_of_mid[MID_MAX / MID_SIZE_STEP]; /* by (n - 1) / MID_SIZE_STEP */
 extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned to this */
 /* The first class >= c whose blocks are all aligned to 1 << bits (NUM_CLASSES: none),
  * for alignments 32 .. MID_MAX. */
@@ -89,9 +90,7 @@ size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 of a slab 
 
 hak_inline uint32_t size_to_class(size_t n) {
   if (n <= TINY_MAX) return class_of_direct[(n + 15) >> 4];
-  size_t m = n - 1;
-  unsigned bit = 63u - (unsigned)__builtin_clzl(m);
-  return (uint32_t)(TINY_CLASSES + (bit - 10) * 4 + ((m >> (bit - 2)) & 3));
+  return class_of_mid[(n - 1) / MID_SIZE_STEP]; /* n <= MID_MAX */
 }
 
 /* The heap's direct slot that points at class c's head, for c below

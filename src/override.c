@@ -22,7 +22,10 @@ EXPORT void *aligned_alloc(size_t a, size_t n) { return hak_aligned_alloc(a, n);
 EXPORT void *memalign(size_t a, size_t n) { return hak_memalign(a, n); }
 EXPORT void *valloc(size_t n) { return hak_valloc(n); }
 HAK_FORWARDED_ENTRY(void *, pvalloc, (size_t n)) { return hak_pvalloc(n); }
-EXPORT size_t malloc_usable_size(void *p) { return hak_malloc_usable_size(p); }
+EXPORT size_t malloc_usable_size(void *p) {
+  size_t n = fast_usable_size(p);
+  return hak_likely(n != 0) ? n : hak_malloc_usable_size(p);
+}
 HAK_FORWARDED_ENTRY(void, free_sized, (void *p, size_t n)) { hak_free_sized(p, n); }
 HAK_FORWARDED_ENTRY(void, free_aligned_sized, (void *p, size_t a, size_t n)) { hak_free_aligned_sized(p, a, n); }
 EXPORT int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }

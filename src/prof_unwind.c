@@ -1,8 +1,9 @@
 /* The heap profiler's stacks (prof.h: prof_unwind).
  *
  * libgcc's _Unwind_Backtrace reads .eh_frame, so it unwinds code built without frame
- * pointers (Debian's binaries), and it is already loaded with the C library's
- * dependencies. It interprets each frame's call-frame program, though: about 3,000
+ * pointers (Debian's binaries). The shared library does not name libgcc_s as a
+ * dependency, so that a process that never profiles does not map it (about 100 KiB
+ * resident): the profiler's start loads it (HAKMEM_UNWIND_DLOPEN). It interprets each frame's call-frame program, though: about 3,000
  * instructions a frame, 15,000 for a short stack. So each thread keeps the last few
  * stacks it unwound, x86-64 only: for every frame, where its return address was stored
  * (the frame's CFA - 8) and what it was. A sample whose own CFA matches an entry's and
@@ -19,11 +20,36 @@
 
 #include "prof.h"
 
+#ifndef HAKMEM_UNWIND_DLOPEN
+#define HAKMEM_UNWIND_DLOPEN 0 /* 1 in the shared libraries (CMakeLists.txt) */
+#endif
+
 #include <link.h>
 #include <string.h>
 #include <unwind.h>
 
 static uintptr_t lib_lo, lib_hi; /* this library's code: leading frames to drop */
+
+#if HAKMEM_UNWIND_DLOPEN
+#include <dlfcn.h>
+static __typeof__(&_Unwind_Backtrace) unwind_backtrace; /* NULL: no stacks */
+static __typeof__(&_Unwind_GetIP) unwind_get_ip;
+static __typeof__(&_Unwind_GetCFA) unwind_get_cfa;
+
+static void unwind_load(void) {
+  void *lib = dlopen("libgcc_s.so.1", RTLD_NOW);
+  if (lib == NULL) return;
+  unwind_get_ip = (__typeof__(&_Unwind_GetIP))dlsym(lib, "_Unwind_GetIP");
+  unwind_get_cfa = (__typeof__(&_Unwind_GetCFA))dlsym(lib, "_Unwind_GetCFA");
+  if (unwind_get_ip != NULL && unwind_get_cfa != NULL)
+    unwind_backtrace = (__typeof__(&_Unwind_Backtrace))dlsym(lib, "_Unwind_Backtrace");
+}
+#else
+#define unwind_backtrace _Unwind_Backtrace
+#define unwind_get_ip _Unwind_GetIP
+#define unwind_get_cfa _Unwind_GetCFA
+static void unwind_load(void) {}
+#endif
 
 #define UCACHE_ENTRIES 8
 #define UCACHE_FRAMES (PROF_MAX_DEPTH + 8)
@@ -64,7 +90,10 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-void prof_unwind_init(void) { dl_iterate_phdr(find_self, (void *)(uintptr_t)&find_self); }
+void prof_unwind_init(void) {
+  unwind_load();
+  dl_iterate_phdr(find_self, (void *)(uintptr_t)&find_self);
+}
 
 struct unwind_state {
   ucache_entry_t *rec;
@@ -72,12 +101,12 @@ struct unwind_state {
 
 static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *ctx, void *arg) {
   ucache_entry_t *r = ((struct unwind_state *)arg)->rec;
-  uintptr_t ip = _Unwind_GetIP(ctx);
+  uintptr_t ip = unwind_get_ip(ctx);
   if (ip == 0) return _URC_END_OF_STACK;
   if (r->frames == r->skip && ip >= lib_lo && ip < lib_hi) r->skip++; /* ours */
   /* In the callback for a frame, libgcc's CFA is its callee's: the return address into
    * this frame was stored just below it. */
-  if (r->frames > 0) r->slot[r->frames - 1] = _Unwind_GetCFA(ctx) - sizeof(uintptr_t);
+  if (r->frames > 0) r->slot[r->frames - 1] = unwind_get_cfa(ctx) - sizeof(uintptr_t);
   r->pc[r->frames++] = ip;
   return r->frames - r->skip >= PROF_MAX_DEPTH || r->frames >= UCACHE_FRAMES ? _URC_END_OF_STACK
                                                                              : _URC_NO_REASON;
@@ -120,6 +149,9 @@ static bool entry_matches(const ucache_entry_t *r, uintptr_t cfa0) {
 #endif
 
 hak_noinline uint32_t prof_unwind(uintptr_t *out) {
+#if HAKMEM_UNWIND_DLOPEN
+  if (unwind_backtrace == NULL) return 0; /* libgcc_s was not found */
+#endif
 #if defined(__x86_64__)
   uintptr_t cfa0 = (uintptr_t)__builtin_dwarf_cfa();
   ucache_t *c = cache_get();
@@ -130,7 +162,7 @@ hak_noinline uint32_t prof_unwind(uintptr_t *out) {
     struct unwind_state u = {r};
     r->cfa0 = 0;
     r->frames = r->skip = 0;
-    _Unwind_Backtrace(unwind_step, &u);
+    unwind_backtrace(unwind_step, &u);
     /* Every slot must lie above the last, on this stack: else never match it. */
     bool sane = r->frames > 1 && r->slot[0] + sizeof(uintptr_t) == cfa0;
     for (uint32_t i = 1; i + 1 < r->frames && sane; i++) sane = r->slot[i] > r->slot[i - 1];
@@ -141,7 +173,7 @@ hak_noinline uint32_t prof_unwind(uintptr_t *out) {
   ucache_entry_t r; /* no cache: unwound every time */
   struct unwind_state u = {&r};
   r.frames = r.skip = 0;
-  _Unwind_Backtrace(unwind_step, &u);
+  unwind_backtrace(unwind_step, &u);
   return copy_out(&r, out);
 }
 

@@ -2,7 +2,10 @@
  * and mid (<= 128 KiB) alike, so the space lost to rounding is < 25% above 128 bytes.
  * Each class's memory follows its own peak, and a heap holds about the sum of its
  * classes' peaks: fewer classes hold more blocks each, whose counts swing less in
- * proportion (docs/experiments.md has the measurements behind these choices). */
+ * proportion (docs/experiments.md has the measurements behind these choices). In the
+ * doublings of MID_EIGHTHS a class at a power of two plus an eighth splits the first
+ * step: programs allocate a power of two plus a small header (SQLite's 4104-byte page
+ * buffers), which would otherwise lose a fifth of their block to rounding. */
 #include "internal.h"
 
 #include <string.h>
@@ -11,16 +14,27 @@ uint32_t class_size[NUM_CLASSES];
 uint8_t class_units[NUM_CLASSES];
 uint16_t class_carve[NUM_CLASSES];
 uint8_t class_of_direct[DIRECT_SLOTS];
+uint8_t class_of_mid[MID_MAX / MID_SIZE_STEP];
 uint32_t class_align[NUM_CLASSES];
 uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
 uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 16];
 
-/* One sequence for both tiers: the tiny classes from 160 bytes on and the mid classes
- * are the same 4 steps per doubling (size_to_class inverts it above 1 KiB). */
-static uint32_t class_bytes(unsigned c) {
-  if (c < 8) return 16 * (c + 1); /* 16 .. 128 */
-  unsigned bit = 7 + (c - 8) / 4;   /* 160 .. 128 KiB */
-  return (1u << bit) + ((c - 8) % 4 + 1) * (1u << (bit - 2));
+_Static_assert(MID_CLASSES == 28 + __builtin_popcount(MID_EIGHTHS) &&
+                   MID_DIRECT_CLASSES == 8 + __builtin_popcount(MID_EIGHTHS & 0xfffu),
+               "class counts: 4 per doubling above 1 KiB, and one per bit of MID_EIGHTHS");
+
+/* Lists the class sizes in order; returns how many. */
+static unsigned class_sizes(uint32_t *out) {
+  unsigned n = 0;
+  for (uint32_t size = 16; size <= 128; size += 16)
+    out[n++] = size;
+  for (unsigned bit = 7; (1u << bit) < MID_MAX; bit++) {
+    uint32_t base = 1u << bit;
+    if (MID_EIGHTHS >> bit & 1) out[n++] = base + base / 8;
+    for (uint32_t q = 1; q <= 4; q++)
+      out[n++] = base + q * (base / 4);
+  }
+  return n;
 }
 
 /* Slabs carve a page's worth of blocks at a time: carving writes a link into every
@@ -64,14 +78,16 @@ size_t slab_gap(size_t units, uint32_t size) {
 #define MID_SLAB_BLOCKS 4
 
 static unsigned slab_min_blocks(unsigned c) {
-  if (c < TINY_CLASSES) return class_bytes(c) > 512 ? 2 * TINY_SLAB_BLOCKS : TINY_SLAB_BLOCKS;
+  if (c < TINY_CLASSES) return class_size[c] > 512 ? 2 * TINY_SLAB_BLOCKS : TINY_SLAB_BLOCKS;
   return c < TINY_CLASSES + MID_DIRECT_CLASSES ? MID_DIRECT_SLAB_BLOCKS : MID_SLAB_BLOCKS;
 }
 
 void size_class_init(void) {
+  unsigned listed = class_sizes(class_size);
+  HAK_ASSERT(listed == NUM_CLASSES);
+  (void)listed;
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
-    uint32_t size = class_bytes(c);
-    class_size[c] = size;
+    uint32_t size = class_size[c];
     unsigned units = 1;
     while ((units * UNIT_SIZE) / size < slab_min_blocks(c))
       units *= 2;
@@ -99,6 +115,11 @@ void size_class_init(void) {
     size_t n = i == 0 ? 1 : (size_t)i * 16;
     while (class_size[c] < n) c++;
     class_of_direct[i] = (uint8_t)c;
+  }
+  for (unsigned i = TINY_MAX / MID_SIZE_STEP; i < MID_MAX / MID_SIZE_STEP; i++) {
+    while (class_size[c] < (i + 1) * MID_SIZE_STEP) c++;
+    HAK_ASSERT(class_size[c] % MID_SIZE_STEP == 0);
+    class_of_mid[i] = (uint8_t)c;
   }
   /* The 4 KiB class is 4 KiB-aligned, so every request here has a class with a slot.
    * This runs at every process start, so it fills a class's run of size steps at a

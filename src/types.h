@@ -111,14 +111,18 @@ enum region_map_kind {
 #define TINY_MAX 1024
 #define MID_MAX ((size_t)128 * 1024)
 #define TINY_CLASSES 20 /* 16..128 by 16, then 4 per doubling to 1024 */
-#define MID_CLASSES 28  /* 4 per doubling, 1280 .. 128 KiB */
+/* Mid classes: 4 per doubling, 1280 .. 128 KiB, and in the doublings of MID_EIGHTHS (a
+ * bit per power of two) one more at a power of two plus an eighth (size_class.c). */
+#define MID_EIGHTHS ((1u << 10) | (1u << 11) | (1u << 12)) /* 1152, 2304, 4608 */
+#define MID_CLASSES 31
+#define MID_SIZE_STEP 128 /* every mid class is a multiple: size_to_class's table step */
 #define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
 _Static_assert(NUM_CLASSES <= 64, "hak_heap_t's class bit masks have a bit per class");
 #define DIRECT_SLOTS (TINY_MAX / 16 + 1)
 /* Aligned allocation up to this size (and so alignment) goes through direct slots: the
- * tiny ones, and one more per mid class up to it (1280 .. 4096), after them. */
+ * tiny ones, and one more per mid class up to it (1152 .. 4096), after them. */
 #define ALIGNED_DIRECT_MAX 4096
-#define MID_DIRECT_CLASSES 8
+#define MID_DIRECT_CLASSES 10
 #define ALL_DIRECT_SLOTS (DIRECT_SLOTS + MID_DIRECT_CLASSES)
 /* Large spans live inside regions up to half a region; bigger blocks get a mapping of
  * their own, which realloc can grow by moving pages instead of copying them. */

@@ -102,7 +102,7 @@ static void wrong_names(void) {
       "", "total", "total.", ".total.in_use", "total.in_use.", "total.in_use.x", "total..in_use",
       "TOTAL.IN_USE", "total.in_use ", " total.in_use", "tier", "tier.small", "tier.small.",
       "tier.giant.live_bytes", "class", "class.", "class.5", "class.5.", "class..slabs",
-      "class.48.slabs", "class.64.slabs", "class.-1.slabs", "class.01.slabs", "class.+1.slabs",
+      "class.51.slabs", "class.64.slabs", "class.-1.slabs", "class.01.slabs", "class.+1.slabs",
       "class.1a.slabs", "class.99999999999999999999999.slabs", "class.<n>.slabs",
       "class.5.slabs.x", "class.5.nope", "opt", "opt.purge_delay", "opt.PURGE_DELAY_MS",
       "HAKMEM_PURGE_DELAY_MS", "purge.madvise_calls\n", "threads.alive\t", "\xff\xfe",
