@@ -70,8 +70,9 @@ hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) 
 extern pthread_mutex_t heaps_lock;
 extern hak_heap_t *heaps_all;
 extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
-/* The heap of the last block this thread freed before it had a heap of its own. */
-extern __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
+/* The owner word (a heap, SLAB_FULL perhaps or'ed in) of the last block this thread freed
+ * before it had a heap of its own; 0 if none. */
+extern __thread uintptr_t heap_hint __attribute__((tls_model("initial-exec")));
 hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
 hak_heap_t *heap_struct_alloc(void); /* cleared, on the list of all heaps */
 void heap_struct_free(hak_heap_t *h); /* off the list, back to the pool */
