@@ -129,7 +129,9 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
       }
       s->free = list;
     }
-    s->used -= taken;
+    /* Named plain store: a head collects without the heap's lock, which the statistics
+     * walk holds as it reads `used`. */
+    hak_tso_store(&s->used, (uint16_t)(s->used - taken));
   }
   if (s->local_free != NULL) {
     if (s->free != NULL) {
