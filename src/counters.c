@@ -30,7 +30,8 @@ uint64_t stats_remote_total(bool blocks) {
   uint64_t sum = 0;
   for (size_t i = 0; i < REMOTE_COUNTER_SHARDS; i++) {
     hak_remote_counter_t *c = &hak_remote_counters[i];
-    sum += atomic_load_explicit(blocks ? &c->blocks : &c->pushes, memory_order_relaxed);
+    sum += atomic_load_explicit(blocks ? &c->blocks : &c->pushes, memory_order_relaxed) +
+           atomic_load_explicit(&c->singles, memory_order_relaxed);
   }
   return sum;
 }

@@ -53,6 +53,24 @@ hak_slab_t *region_block_checked(void *p, const char *fn) {
   return s;
 }
 
+/* A free by a thread without a heap (one that has only freed): another heap's block is
+ * pushed alone, as there are no chains to batch it in, and its owner noted as the heap
+ * this thread's first malloc may take over (heap_take_parked). Everything else, and a
+ * user heap's block (pushed under a reference), takes heap_free_slow. */
+static hak_noinline void heap_free_heapless(void *p, hak_slab_t *s) {
+  uintptr_t owner = slab_owner(s), tag = block_free_tag(s);
+  hak_block_t *b = p;
+  if (hak_likely(owner > OWNER_CACHED && slab_is_block_start_owned(s, (uintptr_t)p) &&
+                 b->free_tag != tag && slab_user_heap(s) == NULL)) {
+    heap_hint = owner;
+    b->free_tag = tag;
+    slab_remote_push_one(s, b);
+    return;
+  }
+  if (slab_map_none(s)) free_unmapped(p);
+  else heap_free_slow(p, s);
+}
+
 /* The free fast path ended here: the block is not in this thread's own, unflagged
  * slab. Another thread's block, the common case of a cross-thread free, is checked and
  * chained in about as few instructions as the owner's free takes; every other case goes
@@ -60,9 +78,13 @@ hak_slab_t *region_block_checked(void *p, const char *fn) {
 void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
   uintptr_t a = (uintptr_t)p, owner = slab_owner(s), tag = block_free_tag(s);
   hak_block_t *b = p;
+  if (hak_unlikely(h == &hak_heap_empty)) {
+    heap_free_heapless(p, s);
+    return;
+  }
   if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
-                 (owner & ~SLAB_FULL) != (uintptr_t)h && h != &hak_heap_empty &&
-                 slab_is_block_start_owned(s, a) && b->free_tag != tag)) {
+                 (owner & ~SLAB_FULL) != (uintptr_t)h && slab_is_block_start_owned(s, a) &&
+                 b->free_tag != tag)) {
     b->free_tag = tag;
     heap_remote_batch(h, s, b);
     return;
@@ -117,7 +139,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   hak_heap_t *h = hak_tls_heap;
   hak_block_t *b = p;
   uintptr_t tag = block_free_tag(s);
-  if (h == &hak_heap_empty && owner > OWNER_CACHED) heap_hint = (hak_heap_t *)(owner & ~SLAB_FULL);
+  if (h == &hak_heap_empty && owner > OWNER_CACHED) heap_hint = owner;
   bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   if (!mine) {
     b->free_tag = tag;

@@ -171,6 +171,18 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
 
 static void *heap_malloc_generic(size_t n);
 
+/* The head s ran dry, but other threads have freed into it: their blocks, taken by one
+ * exchange, refill it here, without the lock or the clock (a thread fed by another's
+ * frees would otherwise take the whole refill path once per batch). As safe as a pop:
+ * only the owner changes a head's lists; idle reclaim never takes a head; and the
+ * purge thread's trim touches heads only while the owner sleeps in the kernel, which
+ * this path never does. Returns s with blocks listed, or NULL. */
+static hak_slab_t *heap_head_collect(hak_slab_t *s) {
+  if (!slab_has_remote(s)) return NULL;
+  slab_collect_slow(s);
+  return s->free != NULL ? s : NULL;
+}
+
 /* User heap h's head s has nothing listed and nothing came back, but room to carve,
  * and the refill would find nothing better (no other slab with blocks to reuse, no full
  * slab that others freed into): carve it here, without the lock or the clock. A heap
@@ -219,6 +231,7 @@ void *heap_malloc_slow(size_t n) {
     s->local_free = NULL;
     return slab_pop(s, b);
   }
+  if (heap_head_collect(s) != NULL) return slab_pop(s, s->free);
   if (s != &hak_slab_empty && heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
   return heap_malloc_generic(n);
 }
@@ -258,7 +271,7 @@ static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_s
       s->local_free = NULL;
       return slab_pop(s, b);
     }
-    if (heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
+    if (heap_head_collect(s) != NULL || heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
   }
   if ((h = heap_alloc_get()) == NULL) {
     errno = ENOMEM;

@@ -123,8 +123,7 @@ void heap_mark_main(hak_heap_t *h) {
   pthread_mutex_unlock(&heaps_lock);
 }
 
-/* The heap of the last block this thread freed before it had a heap of its own. */
-__thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
+__thread uintptr_t heap_hint __attribute__((tls_model("initial-exec")));
 
 /* Takes `want` off the parked list if it is there (at most PARKED_MAX to look at). */
 static hak_heap_t *parked_take(hak_heap_t *want) {
@@ -187,8 +186,8 @@ static hak_heap_t *parked_wait_for(hak_heap_t *want) {
  * parked (the main thread's is marked so from the start: heap_mark_main); and when
  * waits keep failing whatever the heap, few threads wait. */
 static hak_heap_t *heap_take_parked(void) {
-  hak_heap_t *want = heap_hint, *h = NULL;
-  heap_hint = NULL;
+  hak_heap_t *want = (hak_heap_t *)(heap_hint & ~SLAB_FULL), *h = NULL;
+  heap_hint = 0;
   pthread_mutex_lock(&heaps_lock);
   if (want != NULL) {
     h = parked_take(want);

@@ -124,7 +124,10 @@ extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) 
 void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
 /* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */
 #define REMOTE_COUNTER_SHARDS 16
-typedef struct { _Alignas(64) _Atomic uint64_t pushes, blocks; } hak_remote_counter_t;
+typedef struct {
+  _Alignas(64) _Atomic uint64_t pushes, blocks;
+  _Atomic uint64_t singles; /* pushes of one block by a thread without a heap: both */
+} hak_remote_counter_t;
 extern hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
 uint64_t stats_remote_total(bool blocks); /* the shards summed: pushes, or blocks */
 
@@ -267,9 +270,23 @@ uint32_t slab_collect_slow(hak_slab_t *s);
 bool slab_has_stale(const hak_slab_t *s); /* written pages past the carved blocks, enough to purge */
 size_t slab_trim_stale(hak_slab_t *s);    /* purge them */
 size_t slab_uncarve(hak_slab_t *s);       /* none out: drop the carving; bytes to purge */
+/* Pushes the chain head..tail (already linked, `count` blocks) onto s's remote list. */
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
-extern _Atomic bool slab_remote_seen; /* has any thread ever chained or pushed a free into
-                                         another's slab? */
+/* Has any thread ever chained or pushed a free into another's slab? Set by the first
+ * chain (internal_heap.h) or push: until then no full slab can hold remote frees and no
+ * heap has a chain, and a program with one thread never looks for them (two cold
+ * descriptors on every refill, 64 chains at every deferred pass). Relaxed: a look that
+ * misses a push only finds its blocks at a later refill. */
+extern _Atomic bool slab_remote_seen;
+hak_inline void slab_note_remote(void) {
+  if (hak_unlikely(!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed)))
+    atomic_store_explicit(&slab_remote_seen, true, memory_order_relaxed);
+}
+/* Pushes are counted in a shard picked by the slab's descriptor: threads pushing into
+ * different slabs do not write the same counter line. */
+hak_inline hak_remote_counter_t *remote_counter_of(const hak_slab_t *s) {
+  return &hak_remote_counters[((uintptr_t)s >> 7) % REMOTE_COUNTER_SHARDS];
+}
 hak_inline bool slab_has_remote(hak_slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != 0;
 }
@@ -291,6 +308,18 @@ hak_inline hak_block_t *block_next(const hak_block_t *b) {
 hak_inline void block_set_next(hak_block_t *b, hak_block_t *next) {
   if (!HAKMEM_SECURE) b->next = next;
   else b->next = (hak_block_t *)((uintptr_t)next ^ hak_list_key ^ (uintptr_t)b);
+}
+/* slab_remote_push of the one block b, inlined: a thread without a heap frees so. */
+hak_inline void slab_remote_push_one(hak_slab_t *s, hak_block_t *b) {
+  slab_note_remote();
+  uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), next;
+  uintptr_t add = (uintptr_t)b + ((uintptr_t)1 << REMOTE_COUNT_SHIFT); /* b, one more */
+  do {
+    next = old & REMOTE_LIST_MASK;
+    block_set_next(b, (hak_block_t *)next);
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old - next + add,
+                                                  memory_order_release, memory_order_relaxed));
+  atomic_fetch_add_explicit(&remote_counter_of(s)->singles, 1, memory_order_relaxed);
 }
 hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
   uintptr_t a = (uintptr_t)n;

@@ -59,8 +59,7 @@ hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) 
   struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
   if (hak_unlikely(rc->slab != s)) {
     /* Until a first chain, deferred work has none to look for (deferred.c). */
-    if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
-      atomic_store_explicit(&slab_remote_seen, true, memory_order_relaxed);
+    slab_note_remote();
     remote_chain_start(h, rc, s, b);
     return;
   }
@@ -73,8 +72,9 @@ hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) 
 extern pthread_mutex_t heaps_lock;
 extern hak_heap_t *heaps_all;
 extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
-/* The heap of the last block this thread freed before it had a heap of its own. */
-extern __thread hak_heap_t *heap_hint __attribute__((tls_model("initial-exec")));
+/* The owner word (a heap, SLAB_FULL perhaps or'ed in) of the last block this thread freed
+ * before it had a heap of its own; 0 if none. */
+extern __thread uintptr_t heap_hint __attribute__((tls_model("initial-exec")));
 hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
 hak_heap_t *heap_struct_alloc(void); /* cleared, on the list of all heaps */
 void heap_struct_free(hak_heap_t *h); /* off the list, back to the pool */

@@ -129,7 +129,9 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
       }
       s->free = list;
     }
-    s->used -= taken;
+    /* Named plain store: a head collects without the heap's lock, which the statistics
+     * walk holds as it reads `used`. */
+    hak_tso_store(&s->used, (uint16_t)(s->used - taken));
   }
   if (s->local_free != NULL) {
     if (s->free != NULL) {
@@ -143,32 +145,19 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
   return taken;
 }
 
-/* Pushes the chain head..tail (already linked, `count` blocks) onto s's remote list. */
-/* Set by the first chain (internal_heap.h) or push: until then no full slab can hold
- * remote frees and no heap has a chain, and a program with one thread never looks for
- * them (two cold descriptors on every refill, 64 chains at every deferred pass). Relaxed:
- * a look that misses
- * a push only finds its blocks at a later refill. */
-_Atomic bool slab_remote_seen;
-
-/* Counted once per push (a chain of up to 32 blocks), in a shard picked by the slab's
- * descriptor: threads pushing into different slabs do not write the same counter line. */
-static void count_remote_push(const hak_slab_t *s, uint32_t blocks) {
-  hak_remote_counter_t *c = &hak_remote_counters[((uintptr_t)s >> 7) % REMOTE_COUNTER_SHARDS];
-  atomic_fetch_add_explicit(&c->pushes, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->blocks, blocks, memory_order_relaxed);
-}
+_Atomic bool slab_remote_seen; /* see internal.h */
 
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count) {
-  if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
-    atomic_store_explicit(&slab_remote_seen, true, memory_order_relaxed);
+  slab_note_remote();
   uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), word;
   do {
     block_set_next(tail, (hak_block_t *)(old & REMOTE_LIST_MASK));
     word = (uintptr_t)head | ((old & ~REMOTE_LIST_MASK) + ((uintptr_t)count << REMOTE_COUNT_SHIFT));
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, word, memory_order_release,
                                                   memory_order_relaxed));
-  count_remote_push(s, count);
+  hak_remote_counter_t *c = remote_counter_of(s); /* once per push of up to 32 blocks */
+  atomic_fetch_add_explicit(&c->pushes, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->blocks, count, memory_order_relaxed);
 }
 
 /* Debug level 2: the whole slab is consistent. Every free block is inside the carved

@@ -74,6 +74,8 @@ class CallgrindLoop:
         prefix = [self.api] if self.api else []
         if mode == "fixed":
             return prefix + ["fixed", str(rest[0]), str(iterations)]
+        if mode == "xthread":
+            return prefix + ["xthread", str(rest[0]), str(iterations)] + [str(a) for a in rest[1:]]
         return prefix + ["ring", str(iterations)] + [str(a) for a in rest]
 
 
@@ -146,6 +148,11 @@ CALLGRIND_LOOPS = [
     CallgrindLoop("fastpath_fixed_256", ("fixed", 256)),
     CallgrindLoop("fastpath_fixed_1024", ("fixed", 1024)),
     CallgrindLoop("fastpath_ring", ("ring", 1000, 1)),
+    # One thread mallocs 64-byte blocks, another frees them, 64 at a time; the freeing
+    # thread only frees, or (_both) also allocates, and so has whatever state an
+    # allocator gives a thread that allocates. Each pair is counted whole: both sides.
+    CallgrindLoop("xthread_64", ("xthread", 64, 64, 0)),
+    CallgrindLoop("xthread_both_64", ("xthread", 64, 64, 1)),
 ]
 
 # The same loops through the heap API (hak_heap_malloc from a heap; plain malloc with a
