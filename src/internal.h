@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "lockstat.h"
+
 #pragma GCC visibility push(hidden)
 
 /* ---- error.c: one-line reports, then abort; calls nothing of hakmem's ------------ */
