@@ -148,12 +148,17 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
   if (atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
     for (uint32_t c = 0; c < NUM_CLASSES; c++)
       if (h->full[c].head) heap_collect_full(h, c);
+  bool purge = false;
   if (pthread_mutex_trylock(&region_lock) == 0) {
     heap_sweep_abandoned_locked(now, false);
-    purge_pass(now, hak_opt.purge_delay_ms, false);
+    purge = purge_pass_due(now);
     pthread_mutex_unlock(&region_lock);
   }
   pthread_mutex_unlock(&h->lock);
+  /* The due memory goes back with neither lock held across the madvise and munmap
+   * calls: under region_lock they would stall every thread that needs a span, for
+   * milliseconds when many megabytes are due (docs/scaling.md). */
+  if (purge) purge_pass_background(now);
   if (h->spare != NULL) heap_spare_trim(h, now, false);
   heap_others_if_due(h, now);
 }

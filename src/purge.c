@@ -72,9 +72,12 @@ _Atomic bool purge_napping;
 void purge_wake(void) {
   if (!atomic_load_explicit(&purge_napping, memory_order_relaxed)) return;
   if (pthread_mutex_trylock(&region_lock) != 0) return; /* the next sign will do */
-  if (purge_waiting && atomic_exchange_explicit(&purge_napping, false, memory_order_relaxed))
-    pthread_cond_signal(&purge_cond);
+  bool wake = purge_waiting && atomic_exchange_explicit(&purge_napping, false, memory_order_relaxed);
   pthread_mutex_unlock(&region_lock);
+  /* After the unlock: the futex call (and, on a busy machine, the purge thread running
+   * at once) stays out of region_lock. The purge thread waits until it is signalled or
+   * its deadline passes, so the signal cannot be lost. */
+  if (wake) pthread_cond_signal(&purge_cond);
 }
 
 void purge_schedule(uint64_t due_ms) {
@@ -231,9 +234,15 @@ void purge_to_budget(void) {
   }
 }
 
+/* Has a pass with this delay anything to do now? (0: all free memory; < 0: none.) */
+static bool pass_due(uint64_t now_ms, long delay_ms) {
+  return delay_ms == 0 || (delay_ms > 0 && next_purge_ms != 0 && now_ms >= next_purge_ms);
+}
+
+bool purge_pass_due(uint64_t now_ms) { return pass_due(now_ms, hak_opt.purge_delay_ms); }
+
 size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
-  if (delay_ms < 0) return 0;
-  if (delay_ms > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) return 0;
+  if (!pass_due(now_ms, delay_ms)) return 0;
   uint64_t next_due = 0;
   clock_ms = (uint32_t)now_ms;
   size_t purged = region_purge_due(now_ms, delay_ms, release_regions, &next_due);
@@ -243,8 +252,9 @@ size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
   return purged;
 }
 
-/* The purge thread's pass: the same as purge_pass, but region_lock is never held across
- * a syscall, so that no malloc waits for the kernel's freeing of pages: the due memory
+/* The pass of the purge thread and of deferred work: the same as purge_pass, but
+ * region_lock is never held across a syscall, so that no malloc waits for the kernel's
+ * freeing of pages (nor for its TLB shootdowns, which grow with the cores): the due memory
  * is taken out of reach under the lock, purged or unmapped without it, and given back
  * as clean free units. Returns the bytes given back. */
 #define BACKGROUND_BATCH 64
@@ -260,7 +270,7 @@ size_t purge_pass_background(uint64_t now_ms) {
     uint64_t next_due = 0;
     bool more;
     pthread_mutex_lock(&region_lock);
-    if (first && delay > 0 && (next_purge_ms == 0 || now_ms < next_purge_ms)) {
+    if (first && !pass_due(now_ms, delay)) {
       pthread_mutex_unlock(&region_lock);
       return 0;
     }

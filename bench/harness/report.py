@@ -252,6 +252,17 @@ def render(meta, records, chart_files, chart_dir="charts"):
                 value_table(rss, allocators, scale=1024.0), ""]
         ratio_sections("Peak RSS", rss, "lower is leaner")
 
+    # Rows whose workloads report their page faults (files written before that have none).
+    faults = OrderedDict((config, by_alloc) for config, by_alloc in
+                         figure(groups, lambda r: r.get("minor_faults")).items()
+                         if any(s is not None for s in by_alloc.values()))
+    if faults:
+        out += ["## Minor page faults (thousands)", "",
+                "Minor page faults of the whole workload process (getrusage at its end). The "
+                "kernel's count; an allocator that returns free memory after a delay (hakmem) "
+                "faults more when a loaded machine makes the run slower.", "",
+                value_table(faults, allocators, scale=1000.0), ""]
+
     mem = [(config, by_alloc) for config, by_alloc in groups.items() if config[0].startswith("memory_behaviour")]
     if mem:
         out += ["## Memory behaviour: does RSS fall back? (MiB, medians)", "",

@@ -32,7 +32,8 @@ Fields:
   cpu_seconds   user + system CPU time of a program run (wait4's, with its waited-for
                 descendants); for a cachegrind run, valgrind's
   user_seconds, sys_seconds   the two parts of cpu_seconds
-  minor_faults  minor page faults of a program run (ru_minflt)
+  minor_faults  minor page faults: of a program run (ru_minflt), or of a workload (its
+                RESULT line's minor_faults, getrusage RUSAGE_SELF)
   d1_misses     cachegrind: D1 misses, reads + writes (D1mr + D1mw)
   ll_misses     cachegrind: last-level misses, instructions and data (ILmr + DLmr + DLmw)
 

@@ -160,7 +160,8 @@ class Suite:
                     kind="timed", allocator=a.name, workload=bench.name, params=" ".join(argv[1:]),
                     threads=threads, round=rnd, warmup=rnd < self.args.warmup,
                     wall_seconds=out.wall_seconds, throughput=res.get("ops_per_sec"),
-                    peak_rss_kib=res.get("peak_rss_kib"), exit_status=out.exit_status, status=out.status(),
+                    peak_rss_kib=res.get("peak_rss_kib"), minor_faults=res.get("minor_faults"),
+                    exit_status=out.exit_status, status=out.status(),
                     message=out.message(), command=runner.command_line(argv, a.preload, a.settings), result=res)
                 self.records.append(rec)
                 self.progress(rec, rnd, total)

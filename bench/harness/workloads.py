@@ -115,7 +115,7 @@ BENCHMARKS = [
               lambda s, t: [s["ops"], 4096, 1]),
     Benchmark("large", "large",
               {"smoke": {"ops": 20}, "quick": {"ops": 120}, "full": {"ops": 1000}},
-              lambda s, t: [s["ops"], 16, 1, 65536, 33554432]),
+              lambda s, t: [s["ops"], max(1, 16 // t), 1, 65536, 33554432, t], (1, 8)),
     Benchmark("huge", "huge",
               {"smoke": {"ops": 2, "max": 34603008}, "quick": {"ops": 4, "max": 100663296},
                "full": {"ops": 30, "max": 268435456}},

@@ -13,8 +13,9 @@
  *   heap api  an allocator's own heaps (make, allocate into, destroy whole), found at run
  *           time with dlsym: hakmem's hak_heap_*, mimalloc's mi_heap_* (bench_heap_api_find).
  *   RESULT  the one machine-readable line a workload prints on success:
- *           "RESULT workload=NAME ops=N seconds=S ops_per_sec=R peak_rss_kib=K key=value ..."
- *           (peak_rss_kib: the process's VmHWM, its peak resident set).
+ *           "RESULT workload=NAME ops=N seconds=S ops_per_sec=R peak_rss_kib=K minor_faults=F
+ *           key=value ..." (peak_rss_kib: the process's VmHWM, its peak resident set;
+ *           minor_faults: getrusage's ru_minflt for the whole process).
  *
  * A wrong result prints "FAIL workload=NAME: why" on stderr and exits with status 1; a bad
  * command line prints the usage and exits with status 2. Plain malloc/free only: the
@@ -32,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -505,15 +507,24 @@ static inline bool bench_heap_api_find(bench_heap_api *api)
 
 /* ---- the result line ----------------------------------------------------------------- */
 
-/* Prints "RESULT workload=NAME ops=.. seconds=.. ops_per_sec=.. peak_rss_kib=.." then
- * EXTRA (printf format of further " key=value" pairs, may be ""). */
+/* Minor page faults of this process so far (getrusage's ru_minflt, every thread). */
+static inline uint64_t bench_minor_faults(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (uint64_t)ru.ru_minflt;
+}
+
+/* Prints "RESULT workload=NAME ops=.. seconds=.. ops_per_sec=.. peak_rss_kib=..
+ * minor_faults=.." then EXTRA (printf format of further " key=value" pairs, may be ""). */
 __attribute__((format(printf, 3, 4)))
 static inline void bench_result(uint64_t ops, double seconds, const char *extra, ...)
 {
     va_list ap;
-    printf("RESULT workload=%s ops=%llu seconds=%.6f ops_per_sec=%.6g peak_rss_kib=%llu", bench_name,
-           (unsigned long long)ops, seconds, seconds > 0 ? (double)ops / seconds : 0.0,
-           (unsigned long long)bench_peak_rss_kib());
+    printf("RESULT workload=%s ops=%llu seconds=%.6f ops_per_sec=%.6g peak_rss_kib=%llu minor_faults=%llu",
+           bench_name, (unsigned long long)ops, seconds, seconds > 0 ? (double)ops / seconds : 0.0,
+           (unsigned long long)bench_peak_rss_kib(), (unsigned long long)bench_minor_faults());
     va_start(ap, extra);
     vprintf(extra, ap);
     va_end(ap);
