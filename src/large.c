@@ -98,11 +98,11 @@ void *large_alloc(size_t n, size_t align, bool zero) {
   size_t dirty = base + s->touched > p ? base + s->touched - p : 0;
   s->touched = (uint32_t)(units * UNIT_SIZE); /* the user may write all of it */
   __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED); /* a cached span's may be stale */
-  if (user) heap_large_added(h, s, counted);
   if (zero && dirty > 0) memset((void *)p, 0, dirty < n ? dirty : n);
   if (HAKMEM_SECURE) guard_set(base, LARGE_GUARD, true);
   canary_write(p - LARGE_CANARY);
   arm_tail(s, n);
+  if (user) heap_large_added(h, s, counted); /* its list's readers see it whole */
   __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
   atomic_fetch_add_explicit(&hak_gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.large_allocs, 1, memory_order_relaxed);
