@@ -192,9 +192,12 @@ void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
     if (!ok) return NULL;
   }
   s->touched = (uint32_t)((size_t)s->units * UNIT_SIZE);
-  arm_tail(s, n);
-  size_t new_bytes = (size_t)s->units * UNIT_SIZE;
+  /* A user heap's statistics read the size under its lock. */
   hak_heap_t *u = slab_user_heap(s);
+  if (u != NULL) pthread_mutex_lock(&u->lock);
+  arm_tail(s, n);
+  if (u != NULL) pthread_mutex_unlock(&u->lock);
+  size_t new_bytes = (size_t)s->units * UNIT_SIZE;
   if (u != NULL) heap_held_add(u, new_bytes - old_bytes);
   if (new_bytes > old_bytes)
     atomic_fetch_add_explicit(&hak_gstats.large_in_use, new_bytes - old_bytes, memory_order_relaxed);
