@@ -7,7 +7,7 @@ CMAKE   ?= cmake
 GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 PYTHON  ?= python3
 
-.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full bench-programs perfcheck perfcheck-update install clean
+.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full bench-programs bench-hardened perfcheck perfcheck-update install clean
 
 all: release
 
@@ -51,6 +51,13 @@ bench-full: release
 bench-programs: release
 	$(PYTHON) bench/harness/run.py --full --programs-only --hakmem $(BUILD)/release/libhakmem.so \
 	  --out bench-results/programs
+
+# The hardened build against the allocators picked for hardening: glibc and scudo
+# (Debian's libclang-rt-19-dev; skipped with a note when missing). ROUNDS=N for more.
+ROUNDS ?= 5
+bench-hardened: release
+	$(PYTHON) bench/harness/run.py --quick --no-programs --rounds $(ROUNDS) --allocators hakmem-secure,glibc,scudo \
+	  --lib hakmem-secure=$(BUILD)/release/libhakmem-secure.so --out bench-results/hardened
 
 perfcheck: release
 	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench

@@ -22,6 +22,7 @@ size_t block_usable_size(void *p, const char *fn) {
     return s->block_size;
   }
   case MAP_ZERO:
+    zero_check(p, fn, false);
     return 0;
   case MAP_HUGE:
     return huge_usable(p, fn);
@@ -93,9 +94,13 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
       if (fits_in_place(n, room)) return secure_arm(p, n);
       return realloc_move(p, usable, n);
     }
-    if (fits_in_place(n, usable) || (n <= usable && usable <= 16)) return p;
+    if (slab_owner(s) == OWNER_LARGE) { /* usable size n: resized, canary and guard moved */
+      if (n == usable) return p;
+      if (n > REALLOC_SPAN_MIN && large_realloc_in_place(s, p, n) != NULL) return p;
+    } else if (fits_in_place(n, usable) || (n <= usable && usable <= 16)) {
+      return p;
+    }
     if (n > REALLOC_SPAN_MIN) {
-      if (slab_owner(s) == OWNER_LARGE && large_realloc_in_place(s, p, n) != NULL) return p;
       if (n > usable && n <= LARGE_MAX) {
         void *q = prof_large_alloc(n, 0, false);
         if (q == NULL) return NULL;
@@ -125,8 +130,12 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
   }
   case MAP_HUGE_TAIL:
     hak_fatal_pointer("invalid pointer", "realloc", p);
-  case MAP_ZERO: /* a hardened malloc(0) block: nothing to copy or free */
-    return n ? fast_malloc(n) : NULL;
+  case MAP_ZERO: /* a malloc(0) block: nothing to copy */
+    zero_check(p, "realloc", n == 0);
+    if (n == 0) return NULL;
+    p = fast_malloc(n);
+    if (p != NULL) zero_check((void *)a, "realloc", true);
+    return p;
   default: {
     size_t usable = foreign_usable(p, "realloc");
     if (n == 0) {

@@ -4,7 +4,7 @@
  *   2. any other region pointer: the checks (invalid pointer, double free, a large
  *      block), then the owner's slow free or a remote push;
  *   3. a pointer outside every region: NULL, a huge block (huge.c), a malloc(0) block
- *      of the hardened build, a block of the C library (foreign.c), or garbage.
+ *      (guard.c), a block of the C library (foreign.c), or garbage.
  * Every invalid or double free ends here, with one line on stderr and abort(). */
 
 #include "internal.h"
@@ -21,6 +21,7 @@ void free_outside_regions(void *p, const char *fn) {
   case MAP_HUGE_TAIL:
     hak_fatal_pointer("invalid pointer", fn, p);
   case MAP_ZERO:
+    zero_check(p, fn, true);
     return;
   default:
     if (p != NULL) foreign_free(p, fn);
@@ -103,8 +104,9 @@ _Noreturn void report_not_live(void *p, const char *fn) {
   const hak_slab_t *d = &r->slabs[unit];
   bool was_large = d->class_idx == NUM_CLASSES && d->start == a;
   /* A freed block's tag names the descriptor of a slab that covered it: one of the
-   * SLAB_MAX_UNITS descriptors up to its own unit's. */
-  uintptr_t tag = (a & 15) == 0 ? ((const hak_block_t *)a)->free_tag : 0;
+   * SLAB_MAX_UNITS descriptors up to its own unit's. (A freed large block is not read:
+   * the hardened build guards it.) */
+  uintptr_t tag = (a & 15) == 0 && !was_large ? ((const hak_block_t *)a)->free_tag : 0;
   uintptr_t lowest = (uintptr_t)&r->slabs[unit >= SLAB_MAX_UNITS ? unit - SLAB_MAX_UNITS + 1 : 0];
   bool tagged = tag >= lowest && tag <= (uintptr_t)d && (tag - lowest) % sizeof *d == 0;
   hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);

@@ -282,6 +282,7 @@ static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_s
 }
 
 static hak_noinline void *heap_malloc_generic(size_t n) {
+  if (n == 0) return zero_alloc(); /* direct slot 0 is never a class head */
   hak_heap_t *h = heap_alloc_get();
   if (hak_unlikely(h == NULL)) {
     errno = ENOMEM;

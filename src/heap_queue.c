@@ -37,7 +37,7 @@ void heap_head_changed(hak_heap_t *h, uint32_t c) {
   /* Point the fast paths' direct slots at the head. */
   hak_slab_t *d = head ? head : &hak_slab_empty;
   if (c < TINY_CLASSES) {
-    size_t lo = c == 0 ? 0 : class_size[c - 1] / 16 + 1;
+    size_t lo = c == 0 ? 1 : class_size[c - 1] / 16 + 1; /* slot 0, malloc(0): slow path */
     size_t hi = class_size[c] / 16;
     for (size_t i = lo; i <= hi; i++) h->direct[i] = d;
   } else if (c < TINY_CLASSES + MID_DIRECT_CLASSES) {

@@ -157,6 +157,8 @@ static void user_retire(hak_heap_t *u, uint64_t refs) {
 static void quarantine_forget(hak_heap_t *home, hak_heap_t *u) {
   for (uint32_t i = 0; HAKMEM_SECURE && i < QUARANTINE_SLOTS; i++) {
     if (home->quarantine_user[i] != u) continue;
+    hak_block_t *q = home->quarantine[i];
+    if (q != NULL) home->quarantine_bytes -= region_slab_of((uintptr_t)q)->block_size;
     __atomic_store_n(&home->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
     home->quarantine_user[i] = NULL;
     heap_user_unref(u);
@@ -406,4 +408,20 @@ void heap_user_atfork_child(void) {
     uint64_t mine = home != &hak_heap_empty ? refs_of_this_thread(home, u) : 0;
     atomic_store_explicit(&u->refs, HEAP_REFS_RETIRED | mine, memory_order_relaxed);
   }
+}
+
+/* A user heap's block leaving the quarantine, which holds a reference on the heap
+ * (user). Another thread's slab gets the block at once, under that reference: a chain
+ * would take a second one, which a destruction since would refuse; a destroyed heap's
+ * block went with it. Returns false for the caller to free the block as its owner. */
+bool heap_user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *user) {
+  bool destroyed = heap_user_destroyed(user);
+  bool theirs = (slab_owner(s) & ~SLAB_FULL) != (uintptr_t)h;
+  if (!destroyed && !theirs) { /* ours: the heap cannot go meanwhile */
+    heap_user_unref(user);
+    return false;
+  }
+  if (!destroyed) slab_remote_push(s, p, p, 1); /* tagged free since secure_free */
+  heap_user_unref(user);
+  return true;
 }

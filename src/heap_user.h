@@ -68,5 +68,9 @@ void heap_user_release(hak_heap_t *u);
 void heap_user_sweep(void); /* finish retired heaps no longer referenced */
 void heap_user_thread_exit(hak_heap_t *home);
 void heap_user_atfork_child(void); /* after heap_atfork_child */
+/* A user heap's block leaving a quarantine that held a reference on the heap (user):
+ * pushed to another thread's slab, or dropped with a destroyed heap (true); false: the
+ * caller frees it as its owner. */
+bool heap_user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *user);
 
 #endif

@@ -45,6 +45,21 @@ static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t k
 
 static void huge_unmap(uintptr_t base, size_t map_size) { region_map_unmap(base, map_size); }
 
+/* A guard page right after the block's last page, when the mapping goes on past it: a
+ * run off the end faults there. It is made inaccessible (PROT_NONE: a mapping of its
+ * own, which core dumps skip cleanly) when the mapping is made, stays while a freed
+ * mapping is kept, and moves only when a block of another size reuses the mapping or a
+ * resize moves its end: a block of the size just freed costs no system call. */
+static uintptr_t huge_guard_at(uintptr_t user, size_t size) { return round_up(user + size, os_page_size()); }
+static void huge_guard(uintptr_t base, size_t map_size, uintptr_t g, bool on) {
+  size_t page = os_page_size();
+  if (g + page > base + map_size) return; /* the block ends the mapping */
+  if (HAKMEM_SECURE) secure_protect(g, page, !on);
+  else os_protect((void *)g, page, !on); /* without it, the block still works */
+}
+/* The guard of a kept mapping's last block, if its header says where it is. */
+static uintptr_t huge_kept_guard(uintptr_t base, size_t map_size);
+
 void *huge_alloc(size_t n, size_t align, bool zero) {
   if (align < 16) align = 16;
   /* Up to a region's alignment, the mapping's start is aligned to a region and the block
@@ -74,7 +89,12 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
     errno = ENOMEM;
     return NULL;
   }
-  uintptr_t user = base + off;
+  uintptr_t user = base + off, guard = huge_guard_at(user, n);
+  uintptr_t old_guard = fresh ? 0 : huge_kept_guard(base, map_size);
+  if (old_guard != guard) {
+    if (old_guard != 0) huge_guard(base, map_size, old_guard, false);
+    huge_guard(base, map_size, guard, true);
+  }
   huge_header_t *h = huge_header_of(user);
   h->magic = HUGE_MAGIC;
   h->user = user;
@@ -91,6 +111,14 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   stats_note_in_use();
   if (zero && !fresh) memset((void *)user, 0, n); /* fresh mappings are zero */
   return (void *)user;
+}
+
+static uintptr_t huge_kept_guard(uintptr_t base, size_t map_size) {
+  const huge_header_t *h = (const huge_header_t *)base;
+  if (h->magic == HUGE_FREED_MAGIC && h->base == base && h->map_size == map_size)
+    return huge_guard_at(h->user, h->size);
+  os_protect((void *)base, map_size, true); /* not known: none anywhere */
+  return 0;
 }
 
 static huge_header_t *huge_checked(const void *p, const char *who) {
@@ -189,7 +217,7 @@ void huge_free(void *p, const char *who) {
 
 size_t huge_usable(const void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
-  return h->base + h->map_size - h->user;
+  return huge_guard_at(h->user, h->size) - h->user;
 }
 
 /* The purge budget counts a huge block's bytes in use: a resized block's change. */
@@ -234,17 +262,23 @@ static void *huge_remap(void *p, size_t n) {
     return NULL;
   }
   size_t new_size = round_up(off + n, REGION_SIZE);
-  uintptr_t base = h->base, old_size = h->map_size;
+  uintptr_t base = h->base, old_size = h->map_size, old_guard = huge_guard_at(h->user, h->size);
   if (new_size == old_size) {
     h->size = n;
+    if (huge_guard_at(h->user, n) != old_guard) {
+      huge_guard(base, old_size, old_guard, false);
+      huge_guard(base, old_size, huge_guard_at(h->user, n), true);
+    }
     huge_note_resize(old_resident, h);
     return p;
   }
+  huge_guard(base, old_size, old_guard, false); /* mremap moves one mapping, not two */
   if (new_size < old_size) {
     huge_mark(base + new_size, old_size - new_size, 0, MAP_NONE);
     os_unmap((void *)(base + new_size), old_size - new_size);
     h->map_size = new_size;
     h->size = n;
+    huge_guard(base, new_size, huge_guard_at(h->user, n), true);
     huge_note_resize(old_resident, h);
     atomic_fetch_sub_explicit(&hak_gstats.huge_mapped, old_size - new_size, memory_order_relaxed);
     return p;
@@ -253,12 +287,14 @@ static void *huge_remap(void *p, size_t n) {
   if (target == NULL) {
     void *fresh = os_map_block(new_size, REGION_SIZE, 0);
     if (fresh == NULL) {
+      huge_guard(base, old_size, old_guard, true);
       errno = ENOMEM;
       return NULL;
     }
     target = os_remap((void *)base, old_size, new_size, fresh);
     if (target == NULL) {
       os_unmap(fresh, new_size);
+      huge_guard(base, old_size, old_guard, true);
       errno = ENOMEM;
       return NULL;
     }
@@ -271,6 +307,7 @@ static void *huge_remap(void *p, size_t n) {
   nh->map_size = new_size;
   nh->size = n;
   huge_mark(nb, new_size, nb + off, MAP_HUGE_TAIL);
+  huge_guard(nb, new_size, huge_guard_at(nb + off, n), true);
   huge_note_resize(old_resident, nh);
   atomic_fetch_add_explicit(&hak_gstats.huge_mapped, new_size - old_size, memory_order_relaxed);
   return (void *)(nb + off);

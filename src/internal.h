@@ -176,7 +176,6 @@ hak_inline void secure_size_encode(uintptr_t *w, size_t n) {
   __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
 }
 void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
-void secure_guard_large(hak_slab_t *s, bool on);
 void secure_guard_region(void *region);
 void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
@@ -235,6 +234,13 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
                        hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more);
 void region_return_purged(const region_run_t *runs, size_t n);
 void region_unmap_detached(hak_region_t *r);
+
+/* ---- guard.c: inaccessible memory, both builds ----------------------------------- */
+/* Hardened build: guard pages over [a, a + len), page-aligned, on or off; their pages
+ * are dropped when they go on, so they read as zero once off. */
+void guard_set(uintptr_t a, size_t len, bool on);
+void *zero_alloc(void); /* malloc(0): a distinct address where any access faults */
+void zero_check(void *p, const char *fn, bool release); /* aborts unless a live one */
 
 /* ---- purge.c: what free memory stays resident, and when it goes back ------------- */
 /* Freed huge mappings of up to HUGE_KEEP_MAX are kept for reuse in HUGE_KEEP_SLOTS. */
@@ -327,7 +333,7 @@ hak_inline void slab_remote_push_one(hak_slab_t *s, hak_block_t *b) {
 hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
   uintptr_t a = (uintptr_t)n;
   if (n != NULL && (a - s->start >= (uintptr_t)s->capacity * s->block_size ||
-                    (a - s->start) % s->block_size != 0))
+                    !slab_is_block_start_owned(s, a))) /* a multiplication, not a division */
     slab_corrupt_link(s, n);
 }
 /* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */

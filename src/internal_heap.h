@@ -122,7 +122,6 @@ void secure_init(void); /* after hak_list_key is set */
 void *secure_arm(void *p, size_t n); /* writes canary and size word; returns p */
 void secure_free(void *p);
 size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
-void *secure_malloc_zero(void);
 void *secure_malloc(size_t n);
 void *secure_calloc(size_t n); /* n <= MID_MAX */
 void secure_quarantine_flush(hak_heap_t *h, bool check);

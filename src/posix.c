@@ -122,13 +122,20 @@ HAK_CHECKED_ENTRY(void *, hak_pvalloc, (size_t n)) {
   return aligned_alloc_slow(page, rounded == 0 ? page : rounded);
 }
 
-/* A size given back at free must be one that could have produced this block: no
- * larger than it, and not so small that another class would have been chosen (or, past
+/* A size given back at free must be one that could have produced this block. Where the
+ * block keeps the size it was asked for (a large block; a malloc(0) block; every small
+ * block of the hardened build), that size exactly; elsewhere, no larger than the block,
+ * and not so small that another class would have been chosen (or, past
  * REALLOC_SPAN_MIN, that realloc would have left it in a span of fewer units). */
 static void check_size(void *p, size_t n, size_t align, const char *fn) {
   size_t usable = block_usable_size(p, "free");
-  bool ok = n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align ||
-                            (n > REALLOC_SPAN_MIN && usable - n < UNIT_SIZE));
+  unsigned kind = region_map_kind((uintptr_t)p);
+  bool exact = kind == MAP_ZERO ||
+               (kind == MAP_REGION &&
+                (HAKMEM_SECURE || slab_owner(region_slab_of((uintptr_t)p)) == OWNER_LARGE));
+  bool ok = exact ? n == usable
+                  : n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align ||
+                                    (n > REALLOC_SPAN_MIN && usable - n < UNIT_SIZE));
   if (!ok) hak_fatal_pointer("size mismatch", fn, p);
 }
 

@@ -128,7 +128,12 @@ static hak_noinline void purge_thread_start(void) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_t thread;
+  /* pthread_create's own allocations (the new thread's TLS) are the thread's, not those
+   * of a user heap that this malloc was made from (hak_heap_malloc). */
+  hak_heap_t *alloc_heap = hak_tls_alloc;
+  hak_tls_alloc = hak_tls_heap;
   int rc = hak_opt.background_fails ? EAGAIN : pthread_create(&thread, &attr, purge_thread_main, NULL);
+  hak_tls_alloc = alloc_heap;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (rc == 0) {

@@ -5,10 +5,9 @@
  *
  * A hardened small block of class size S holding n bytes:
  *   [0, n) user data | [n, S-8) canary bytes | [S-8, S) size word = n ^ key ^ address
- * free() checks the block's canary and size word (overflow) and the size word of the
- * block before it (underflow), zeroes the data, and parks the block in a per-thread
- * quarantine. When it leaves the quarantine it must still be zero (write after free).
- * Large blocks sit between two inaccessible pages; malloc(0) blocks are inaccessible. */
+ * free() checks the block's canary and size word (overflow) and the block below
+ * (underflow), zeroes the data and parks the block in a per-thread quarantine, which it
+ * leaves still zero or reported (write after free). Large blocks: large.c, guard.c. */
 #include "alloc_fast.h"
 
 #include <errno.h>
@@ -21,6 +20,7 @@
  * always differ; they depend on the address mod 8 only, so one random word, made at
  * start-up, holds all eight. */
 static uint64_t canary_w;
+static uint64_t canary_rot[8]; /* canary_w rotated right by 0..7 bytes (canary_at) */
 static bool use_avx2; /* per-byte work in 32-byte steps (secure_init) */
 /* x86 builds also compile the per-byte loops for AVX2 and pick at start-up. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -37,6 +37,8 @@ void secure_init(void) {
   hak_list_key |= (uintptr_t)0xC0C0 << 48;
   for (unsigned i = 0; i < 8; i++)
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
+  canary_rot[0] = canary_w;
+  for (unsigned r = 1; r < 8; r++) canary_rot[r] = canary_w >> (8 * r) | canary_w << (64 - 8 * r);
 #if SECURE_AVX2_VARIANTS
   __builtin_cpu_init();
   use_avx2 = __builtin_cpu_supports("avx2");
@@ -51,11 +53,9 @@ static inline uint64_t load64(uintptr_t a) {
 }
 static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
 
-/* The canary word as read from address a: byte i is the canary byte of a + i. */
-static inline uint64_t canary_at(uintptr_t a) {
-  unsigned r = (unsigned)(a & 7) * 8;
-  return r ? canary_w >> r | canary_w << (64 - r) : canary_w;
-}
+/* The canary word as read from address a: byte i is the canary byte of a + i (the
+ * word rotated by a mod 8 bytes, one of eight made at start-up). */
+static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
 
 /* ---- per-byte work ------------------------------------------------------------- */
 /* Canary fills and checks and the zero check are written once, over 32-byte vectors, and
@@ -110,7 +110,7 @@ hak_inline bool canary_intact_body(uintptr_t from, uintptr_t to) {
   return v_zero(&diff);
 }
 
-/* Are the bytes in [from, to) all zero? Two vectors a step, the last load overlapping. */
+/* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
 hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
   size_t len = to - from;
   if (len < 8) {
@@ -125,11 +125,21 @@ hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
   }
   hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
   v_load(&a0, to - 32);
-  for (; from + 64 <= to; from += 64) {
+  for (; from + 128 <= to; from += 128) { /* four vectors a step */
+    hak_v4 u, v;
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    v_load(&u, from + 64);
+    v_load(&v, from + 96);
+    a0 |= x | u;
+    a1 |= y | v;
+  }
+  if (from + 64 <= to) {
     v_load(&x, from);
     v_load(&y, from + 32);
     a0 |= x;
     a1 |= y;
+    from += 64;
   }
   if (from + 32 <= to) {
     v_load(&x, from);
@@ -181,7 +191,29 @@ static inline bool canary_intact(uintptr_t from, uintptr_t to) {
   if (hak_likely(to - from <= 32)) return canary_intact_short(from, to);
   return use_avx2 ? canary_intact_avx2(from, to) : canary_intact_base(from, to);
 }
+/* Blocks of up to 64 bytes, inline and a word a step: [16, z) zero, z = max(n, 16), the
+ * last word masked; [z, S - 8) canary bytes, the last word overlapping. */
+static inline bool still_clean_small(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
+  size_t n = secure_size_decode(secure_size_word(a, S));
+  if (n > S - SECURE_TAIL) return false;
+  uintptr_t z = a + (n < 16 ? 16 : n), end = a + S - 8;
+  const uint64_t *w = (const uint64_t *)a;
+  uint64_t acc = w[0] | (w[1] ^ block_free_tag(s));
+  for (uintptr_t p = a + 16; p < z; p += 8) {
+    uint64_t v = load64(p);
+    if (p + 8 > z) v &= ((uint64_t)1 << (8 * (z - p))) - 1; /* little-endian: the first bytes */
+    acc |= v;
+  }
+  for (uintptr_t p = z; p < end; p += 8) {
+    uintptr_t q = p + 8 > end ? end - 8 : p;
+    acc |= load64(q) ^ canary_at(q);
+  }
+  return acc == 0;
+}
+
 static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
+  if (hak_likely(s->block_size <= 64)) return still_clean_small(a, s);
   return use_avx2 ? still_clean_avx2(a, s) : still_clean_base(a, s);
 }
 
@@ -196,8 +228,10 @@ static inline size_t block_known(uintptr_t a, size_t S) {
   if (n - 1 >= S - SECURE_TAIL) return 0;
   return n < 16 ? 16 : n;
 }
+/* Only free blocks of two pages or more are purged (deferred.c). */
+static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && block_purged(a); }
 static inline size_t canary_known(uintptr_t a, size_t S) {
-  return block_purged(a) ? 0 : block_known(a, S);
+  return maybe_purged(a, S) ? 0 : block_known(a, S);
 }
 
 /* Hands out the block at a for n bytes, k = canary_known before any change: canary bytes
@@ -227,17 +261,86 @@ size_t secure_usable(void *p, hak_slab_t *s) {
   return n;
 }
 
+/* ---- the block below ----------------------------------------------------------- */
+/* Each byte of w either the canary's (c) or zero? (Bytes being zeroed by another
+ * thread's free of the block are zero; an overrun writes anything else.) */
+static inline bool canary_or_zero(uint64_t w, uint64_t c) {
+  const uint64_t lo = 0x7f7f7f7f7f7f7f7full, hi = 0x8080808080808080ull;
+  uint64_t x = w ^ c;
+  uint64_t zx = ~(((x & lo) + lo) | x | lo), zw = ~(((w & lo) + lo) | w | lo); /* 0x80: zero byte */
+  return (zx | zw) == hi;
+}
+
+/* Checked when a block at a of an owned slab s is allocated or freed: the block below
+ * it must have a sane size word (or, for block 0, the guard word before it) and its
+ * first canary word intact (and block 0 the guard word below it): an overrun of that
+ * block by one byte, or of ours below our start, shows there. Only in our own slabs:
+ * no other thread arms their blocks. */
+static inline void check_below(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
+  const uintptr_t *w = (const uintptr_t *)(a - 8);
+  if (a == s->start) {
+    if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)a);
+    return;
+  }
+  uintptr_t b = a - S;
+  if (b == s->start && secure_size_decode((const uintptr_t *)(b - 8)) > S - SECURE_TAIL)
+    hak_fatal_at("heap overflow detected", (void *)b); /* block 0's guard word, as above */
+#if defined(__SANITIZE_THREAD__)
+  /* The rest reads bytes that another thread may be writing, by design (and validates
+   * what it read after): ThreadSanitizer builds check the size word only. */
+  if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  return;
+#endif
+  /* Its tag before its size word: a thread freeing it unchecked clears the size word
+   * first (x86 keeps both orders). */
+  bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  hak_compiler_barrier();
+  size_t n0 = secure_size_decode(w), n = n0;
+  if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  if (n == 0) return;
+  if (is_free) {
+    if (maybe_purged(b, S)) return;
+    if (n < 16) n = 16; /* a free block is zero to 16 bytes at least */
+  } else if (n < 16) { /* another thread's free may be zeroing [n, 16) right now */
+    if (hak_likely(canary_or_zero(load64(b + n), canary_at(b + n)))) return;
+  } else if (hak_likely(load64(b + n) == canary_at(b + n))) {
+    return;
+  }
+  if (is_free && load64(b + n) == canary_at(b + n)) return;
+  /* Not what it should be, or another thread changed the block since we read its tag and
+   * size word: its free wrote zeros, its tag and link over [n, 16), or its realloc grew
+   * it in place and the program wrote past the old size. Both are read again, after the
+   * canary word (x86 keeps the order of stores and of loads): a block that has since
+   * become free or changed size is not judged. */
+  hak_compiler_barrier();
+  bool now_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  if (now_free != is_free || secure_size_decode(w) != n0) return;
+  hak_fatal_at("heap overflow detected", (void *)b);
+}
+
 /* ---- free and the quarantine ---------------------------------------------------- */
-static void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
+/* At free: the first canary word after the data and the size word, which together see
+ * any run off the end (the quarantine's check reads every byte later); and, in our own
+ * slab, the block below. */
+static inline void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
   size_t S = s->block_size;
   size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n > S - SECURE_TAIL || !canary_intact(a + n, a + S - 8))
+  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n))
     hak_fatal_at("heap overflow detected", (void *)a);
-  /* The word before the block is the previous block's size word (or the guard before
-   * block 0): a write below our start shows there. Only in our own slabs: another
-   * thread may be arming its neighbour right now (or was, when a fork froze it). */
-  if (own_slab && secure_size_decode((const uintptr_t *)(a - 8)) > S - SECURE_TAIL)
-    hak_fatal_at("heap overflow detected", (void *)a);
+  if (own_slab) check_below(a, s);
+}
+
+/* Zero-on-free of [0, z), z >= 16, without a call for up to 32 bytes. */
+static inline void zero_data(uintptr_t a, size_t z) {
+  if (hak_likely(z <= 32)) {
+    store64(a, 0);
+    store64(a + 8, 0);
+    store64(a + z - 16, 0);
+    store64(a + z - 8, 0);
+  } else {
+    memset((void *)a, 0, z);
+  }
 }
 
 /* A free block's size word also tells calloc what it need not clear: the quarantine's
@@ -248,54 +351,56 @@ static void release_unchecked(void *p, hak_slab_t *s) {
   heap_free_slow(p, s);
 }
 
-/* A user heap's block leaving the quarantine, which holds a reference on the heap
- * (user). Another thread's slab gets the block at once, under that reference: a chain
- * would take a second one, which a destruction since would refuse; a destroyed heap's
- * block went with it. Returns false for the caller to free the block as its owner. */
-static bool user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *user) {
-  bool destroyed = heap_user_destroyed(user);
-  bool theirs = (slab_owner(s) & ~SLAB_FULL) != (uintptr_t)h;
-  if (!destroyed && !theirs) { /* ours: the heap cannot go meanwhile */
-    heap_user_unref(user);
-    return false;
+/* A block leaves h's quarantine: checked, then freed as the fast path frees (its tag is
+ * already in place) when it is h's and its slab not full, else as another heap's. A
+ * user heap's block holds a reference on that heap while in quarantine (`user`). */
+static void quarantine_release(hak_heap_t *h, hak_block_t *old, hak_heap_t *user) {
+  uintptr_t oa = (uintptr_t)old;
+  hak_slab_t *os = region_slab_of(oa);
+  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
+  h->quarantine_bytes -= os->block_size;
+  if (user != NULL && heap_user_block_release(old, os, h, user)) return;
+  if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
+    if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
+    return;
   }
-  if (!destroyed) slab_remote_push(s, p, p, 1); /* tagged free since secure_free */
-  heap_user_unref(user);
-  return true;
+  old->free_tag = 0;
+  heap_free_other(old, os, h);
 }
 
 /* check = false in a forked child for the other threads' heaps: a thread frozen in the
- * middle of free() may have left its last block half zeroed. A block of a user heap
- * holds a reference on it while in quarantine (`user`); if that heap was destroyed
- * meanwhile, the block went with it. */
-static void quarantine_release(void *p, bool check, hak_heap_t *user) {
-  uintptr_t a = (uintptr_t)p;
-  hak_slab_t *s = region_slab_of(a);
-  if (check && !still_clean(a, s)) hak_fatal_at("write after free detected", p);
-  if (user != NULL && user_block_release(p, s, hak_tls_heap, user)) return;
-  if (!check) {
-    release_unchecked(p, s);
-  } else {
-    ((hak_block_t *)p)->free_tag = 0;
-    heap_free_slow(p, s);
-  }
-}
-
+ * middle of free() may have left its last block half zeroed. */
 void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
-    void *q = h->quarantine[i];
+    hak_block_t *q = h->quarantine[i];
     hak_heap_t *user = h->quarantine_user[i];
     __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
     h->quarantine_user[i] = NULL;
-    if (q) quarantine_release(q, check, user);
+    if (q == NULL) continue;
+    if (check) {
+      quarantine_release(h, q, user);
+    } else {
+      hak_slab_t *qs = region_slab_of((uintptr_t)q);
+      h->quarantine_bytes -= qs->block_size;
+      if (user != NULL && heap_user_block_release(q, qs, h, user)) continue;
+      release_unchecked(q, qs);
+    }
   }
 }
+
+/* A slot picked at random (the top bits of a linear congruential sequence). */
+static inline uint32_t quarantine_pick(hak_heap_t *h) {
+  uint32_t x = h->quarantine_rng * 1664525u + 1013904223u;
+  h->quarantine_rng = x;
+  return x >> (32 - 8);
+}
+_Static_assert(QUARANTINE_SLOTS == 256 || !HAKMEM_SECURE, "quarantine_pick gives 8 bits");
 
 void secure_free(void *p) {
   uintptr_t a = (uintptr_t)p;
   unsigned kind = region_map_kind(a);
   if (hak_unlikely(kind != MAP_REGION)) {
-    if (kind != MAP_ZERO) free_outside_regions(p, "free");
+    free_outside_regions(p, "free");
     return;
   }
   hak_slab_t *s = region_slab_of(a);
@@ -313,62 +418,44 @@ void secure_free(void *p) {
   size_t S = s->block_size;
   check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
   size_t n = secure_size_decode(secure_size_word(a, S));
-  memset(p, 0, n < 16 ? 16 : n);
+  zero_data(a, n < 16 ? 16 : n);
   b->free_tag = tag;
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
     release_unchecked(p, s);
     return;
   }
-  uint32_t i = h->quarantine_next;
+  uint32_t i = quarantine_pick(h);
   hak_block_t *old = h->quarantine[i];
   hak_heap_t *old_user = h->quarantine_user[i];
   h->quarantine_user[i] = slab_user_heap(s) != NULL ? heap_user_hold(s, p, "free") : NULL;
   __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
-  h->quarantine_next = (i + 1) % QUARANTINE_SLOTS;
-  if (old == NULL) return;
-  /* Release the oldest block: checked, then freed like the fast path frees (its tag is
-   * already in place) when it is ours and its slab not full. */
-  uintptr_t oa = (uintptr_t)old;
-  hak_slab_t *os = region_slab_of(oa);
-  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
-  if (old_user != NULL && user_block_release(old, os, h, old_user)) return;
-  if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
-    if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
-    return;
+  h->quarantine_bytes += (uint32_t)S;
+  if (old != NULL) quarantine_release(h, old, old_user);
+  /* Big blocks: more go, so that the quarantine holds a bounded amount of memory. */
+  while (hak_unlikely(h->quarantine_bytes > QUARANTINE_BYTES)) {
+    i = quarantine_pick(h);
+    old = h->quarantine[i];
+    if (old == NULL || old == b) continue;
+    old_user = h->quarantine_user[i];
+    h->quarantine_user[i] = NULL;
+    __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED);
+    quarantine_release(h, old, old_user);
   }
-  old->free_tag = 0;
-  heap_free_slow(old, os);
 }
 
-/* ---- malloc(0) -------------------------------------------------------------------- */
-/* malloc(0) hands out distinct addresses in reserved, inaccessible chunks: any read or
- * write through such a pointer faults. */
-void *secure_malloc_zero(void) {
-  static uintptr_t next, end; /* under region_lock, which fork handles */
-  pthread_mutex_lock(&region_lock);
-  if (next + 16 > end) {
-    void *chunk = os_map_aligned(REGION_SIZE, REGION_SIZE);
-    if (chunk == NULL) {
-      pthread_mutex_unlock(&region_lock);
-      errno = ENOMEM;
-      return NULL;
-    }
-    secure_protect((uintptr_t)chunk, REGION_SIZE, false);
-    region_map[(uintptr_t)chunk >> REGION_SHIFT] = MAP_ZERO;
-    next = (uintptr_t)chunk;
-    end = next + REGION_SIZE;
+/* Past MID_MAX with the tail: a large block, which keeps n itself (its canaries are
+ * large.c's). */
+static void *secure_large(size_t n, bool zero) {
+  if (heap_get() == NULL) {
+    errno = ENOMEM;
+    return NULL;
   }
-  void *p = (void *)next;
-  next += 16;
-  pthread_mutex_unlock(&region_lock);
-  return p;
+  return large_alloc(n, 0, zero);
 }
 
-/* calloc up to MID_MAX: a reused block needs clearing only in its first two words (link
- * and free tag; a third for a purge mark) and where its canary bytes were (see
- * block_known). */
 void *secure_calloc(size_t n) {
-  if (n == 0) return secure_malloc_zero();
+  if (n == 0) return zero_alloc();
+  if (n > MID_MAX - SECURE_TAIL) return secure_large(n, true);
   void *p = fast_malloc_raw(n + SECURE_TAIL);
   if (p == NULL) return NULL;
   uintptr_t a = (uintptr_t)p;
@@ -376,7 +463,7 @@ void *secure_calloc(size_t n) {
   if (slab_owner(s) == OWNER_LARGE) return memset(p, 0, n);
   size_t S = s->block_size;
   size_t k = block_known(a, S);
-  bool purged = block_purged(a);
+  bool purged = maybe_purged(a, S);
   if (k == 0) {
     memset(p, 0, n);
   } else {
@@ -393,15 +480,20 @@ void *secure_malloc(size_t n) {
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
       slab_pop(s, b);
-      arm_block((uintptr_t)b, n, s->block_size);
+      uintptr_t a = (uintptr_t)b;
+      size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
+      if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", b); /* its own, overrun */
+      check_below(a, s);
+      arm_known(a, n, S, was == 0 || maybe_purged(a, S) ? 0 : was < 16 ? 16 : was);
       return b;
     }
   }
-  if (n == 0) return secure_malloc_zero();
+  if (n == 0) return zero_alloc();
   if (n >= (size_t)PTRDIFF_MAX - SECURE_TAIL) {
     errno = ENOMEM;
     return NULL;
   }
+  if (n > MID_MAX - SECURE_TAIL) return secure_large(n, false);
   return secure_arm(fast_malloc_raw(n + SECURE_TAIL), n);
 }
 

@@ -1,7 +1,6 @@
 /* The hardened build's hooks into the lower layers: size words written as slabs are
- * carved (in random order), and inaccessible guard pages around large blocks and at the
- * end of each region. The default build compiles none of it; its callers' `if
- * (HAKMEM_SECURE)` branches fold away. */
+ * carved (in random order), and the inaccessible last unit of each region. The default
+ * build compiles none of it; its callers' `if (HAKMEM_SECURE)` branches fold away. */
 
 #include "internal.h"
 
@@ -39,12 +38,6 @@ void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n) {
 
 void secure_protect(uintptr_t a, size_t len, bool accessible) {
   if (!os_protect((void *)a, len, accessible)) hak_fatal("mprotect failed for a guard page");
-}
-
-void secure_guard_large(hak_slab_t *s, bool on) {
-  size_t page = os_page_size();
-  secure_protect(s->start - page, page, !on);
-  secure_protect(s->start + s->block_size, page, !on);
 }
 
 void secure_guard_region(void *region) {

@@ -79,6 +79,7 @@
 /* Hardened small blocks end in canary bytes and an encoded size word. */
 #define SECURE_TAIL (HAKMEM_SECURE ? 16 : 0)
 #define QUARANTINE_SLOTS (HAKMEM_SECURE ? 256 : 1)
+#define QUARANTINE_BYTES ((uint32_t)128 << 10)
 
 /* ---- geometry ------------------------------------------------------------------- */
 #define UNIT_SHIFT 16
@@ -274,9 +275,12 @@ typedef struct hak_heap {
    * whether that thread is asleep); and the last purge-thread pass that looked at it. */
   int32_t tid;
   uint32_t trim_pass;
-  /* Hardened build: freed blocks wait here, zeroed, before they can be reused. */
+  /* Hardened build: freed blocks wait here, zeroed, before they can be reused; each free
+   * takes the place of one picked at random (quarantine_rng), which is released, and
+   * more go while the blocks held exceed QUARANTINE_BYTES. */
   hak_block_t *quarantine[QUARANTINE_SLOTS];
-  uint32_t quarantine_next;
+  uint32_t quarantine_rng;
+  uint32_t quarantine_bytes;
   /* ---- heaps as handles (heap_handle.c, heap_user.c) ---------------------------------
    * What its slabs' owner words hold: its own address for a thread's heap, the creating
    * thread's heap for a user heap, 0 once a user heap is gone. */

@@ -2,19 +2,24 @@
 
 hakmem is the project's Release libhakmem.so (a path given to the harness); glibc is the
 system allocator with nothing preloaded; mimalloc, jemalloc and tcmalloc come from their
-Debian packages, found with `dpkg -L` or at the usual library paths. An allocator whose
-library cannot be found or loaded is skipped with a note, never an error.
+Debian packages, found with `dpkg -L` or at the usual library paths. scudo (LLVM's
+hardened allocator, from Debian's libclang-rt-19-dev) is the hardened build's anchor: run
+only with hakmem-secure or when named in --allocators. An allocator whose library cannot
+be found or loaded is skipped with a note, never an error.
 """
 
 import glob
 import os
+import platform
 import re
 import subprocess
 from dataclasses import dataclass, field
 
-ORDER = ("hakmem", "hakmem-secure", "glibc", "mimalloc", "jemalloc", "tcmalloc")
+ORDER = ("hakmem", "hakmem-secure", "glibc", "mimalloc", "jemalloc", "tcmalloc", "scudo")
 # Compared only when asked for with --lib NAME=PATH (the hardened build, for its cost).
 OPTIONAL = ("hakmem-secure",)
+# The hardened build's anchors: run when hakmem-secure is, or when named in --allocators.
+HARDENED_ONLY = ("scudo",)
 # Any other NAME given with --lib NAME=PATH is an extra allocator (another build of
 # hakmem, say), run after the ones above; --set NAME:VAR=VALUE gives one its own
 # environment (hakmem with HAKMEM_PURGE_DELAY_MS=-1, say).
@@ -25,10 +30,11 @@ PACKAGES = {
     "mimalloc": ("libmimalloc2.0", "libmimalloc.so.2"),
     "jemalloc": ("libjemalloc2", "libjemalloc.so.2"),
     "tcmalloc": ("libtcmalloc-minimal4", "libtcmalloc_minimal.so.4"),
+    "scudo": ("libclang-rt-19-dev", "libclang_rt.scudo_standalone-%s.so" % (platform.machine() or "x86_64")),
 }
 
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib",
-                "/usr/local/lib")
+                "/usr/local/lib", "/usr/lib/llvm-*/lib/clang/*/lib/linux")
 
 
 @dataclass
@@ -102,6 +108,9 @@ def discover(hakmem_path, overrides=None, wanted=None, settings=None):
             found.append(Allocator("glibc", None))
             continue
         if name in OPTIONAL and name not in overrides:
+            continue
+        if (name in HARDENED_ONLY and name not in overrides and "hakmem-secure" not in overrides
+                and (wanted is None or name not in wanted)):
             continue
         if name == "hakmem" or name in overrides:
             path = overrides.get(name, hakmem_path)

@@ -25,6 +25,12 @@ import stats  # noqa: E402
 from tables import fmt_cv, fmt_num, fmt_ratio, md_table  # noqa: E402
 
 BASELINES = ("mimalloc", "glibc")
+# The hardened build against the allocators picked for hardening (issue 35's targets):
+# throughput >= 0.85x glibc's and >= 1.5x scudo's, peak RSS <= 1.15x glibc's (geometric
+# means over the suite).
+HARDENED = "hakmem-secure"
+HARDENED_TARGETS = (("glibc", "throughput", 0.85, max), ("scudo", "throughput", 1.5, max),
+                    ("glibc", "peak RSS", 1.15, min))
 ANCHORS = ("glibc", "mimalloc", "jemalloc", "tcmalloc")  # the allocators hakmem is measured against
 MEMORY_KEYS = ("rss_peak_kib", "rss_after_free_kib", "rss_after_continue_kib")
 
@@ -170,6 +176,40 @@ def ratio_table(table, allocators, label=config_label, first="workload"):
     gm = geomeans(table, allocators)
     rows.append(["**geometric mean**"] + ["**%s**" % fmt_ratio(gm[a]) for a in allocators])
     return md_table([first] + list(allocators), rows)
+
+
+def hardened_section(thr, rss, allocators):
+    """hakmem-secure against glibc and scudo, row by row, and the geometric means against
+    the targets."""
+    out = ["## The hardened build against the hardened anchors", "",
+           "%s's median over glibc's and scudo's in the same rounds (scudo: LLVM's hardened "
+           "allocator, Debian's libclang-rt-19-dev), and the geometric means against the "
+           "targets: throughput at least 0.85x glibc's and 1.5x scudo's, peak RSS at most "
+           "1.15x glibc's." % HARDENED, ""]
+    anchors = [a for a in ("glibc", "scudo") if a in allocators]
+    if not anchors:
+        return out + ["No anchor ran: nothing to compare.", ""]
+    thr_r = {a: ratios(thr, a) for a in anchors}
+    rss_r = {a: ratios(rss, a) for a in anchors}
+    header = ["workload"] + ["throughput / %s" % a for a in anchors] + ["peak RSS / %s" % a for a in anchors]
+    rows = [[config_label(c)] + [fmt_ratio(thr_r[a][c].get(HARDENED)) for a in anchors]
+            + [fmt_ratio(rss_r[a][c].get(HARDENED)) for a in anchors] for c in thr]
+    gm = [geomeans(thr_r[a], [HARDENED])[HARDENED] for a in anchors]
+    gm += [geomeans(rss_r[a], [HARDENED])[HARDENED] for a in anchors]
+    rows.append(["**geometric mean**"] + ["**%s**" % fmt_ratio(g) for g in gm])
+    out += [md_table(header, rows), ""]
+    for anchor, figure_name, target, better in HARDENED_TARGETS:
+        if anchor not in anchors:
+            out.append("- %s / %s: %s did not run." % (figure_name, anchor, anchor))
+            continue
+        table = thr_r[anchor] if figure_name == "throughput" else rss_r[anchor]
+        value = geomeans(table, [HARDENED])[HARDENED]
+        met = value is not None and (value >= target if better is max else value <= target)
+        out.append("- %s / %s, geometric mean: %s (target %s %.2f): %s"
+                   % (figure_name, anchor, fmt_ratio(value), ">=" if better is max else "<=", target,
+                      "met" if met else "**missed**"))
+    out.append("")
+    return out
 
 
 # ---- charts ----------------------------------------------------------------------------
@@ -335,6 +375,8 @@ def render(meta, records, chart_files, chart_dir="charts"):
             out += [md_table(["loop", "instructions / fewest of the anchors"], rows), ""]
 
     out += programs_report.render(meta, records, allocators)
+    if HARDENED in allocators and thr:
+        out += hardened_section(thr, rss, allocators)
 
     if chart_files:
         out += ["## Charts", ""]

@@ -17,6 +17,9 @@ void misuse_announce(const void *p);
 void cxx_delete_array_as_scalar(size_t size);
 void cxx_delete_base_size_mismatch(size_t size);
 void ok_cxx_new_delete(size_t size);
+void cxx_delete_array_cookie(size_t size);
+void cxx_delete_array_no_cookie(size_t size);
+void cxx_sized_delete_wrong(size_t size);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,16 @@
-/* misuse_case: performs one heap misuse in a child process and checks that hakmem
- * caught it. The child must die by SIGABRT after printing hakmem's one-line report on
- * stderr, and a report that names a pointer must name the one that was misused.
- * The cases are listed in cases.def.
+/* misuse_case: performs one heap misuse in a child process and checks that the outcome
+ * is the one cases.def gives for the build under test (MISUSE_BUILD: 0 default, 1
+ * hardened; the program is linked with that library). A report must be hakmem's
+ * one-line message before SIGABRT, and one that names a pointer must name the one that
+ * was misused; a fault must be SIGSEGV or SIGBUS; a property case exits EXIT_HELD or
+ * EXIT_NOT_HELD; a misuse that is not caught lets the child exit 0.
  *
  *   misuse_case NAME          run case NAME in a child and check it (what ctest runs)
  *   misuse_case --child NAME  run case NAME in this process (to debug a failure)
  *   misuse_case --list        print the case names
+ *   misuse_case --matrix      run every case and print what happened, caught or not,
+ *                             judging nothing: for any allocator, preloaded into
+ *                             misuse_case_plain (linked with no allocator)
  *
  * Exit status: 0 pass, 1 fail, 77 skip (the allocator lacks a function the case needs).
  */
@@ -34,11 +39,17 @@
 
 #define EXIT_SKIP 77
 #define EXIT_SETUP 3 /* the case could not set itself up: a failure, not a catch */
+#define EXIT_HELD 40     /* a property case: the property holds */
+#define EXIT_NOT_HELD 41 /* ... it does not */
+#define CHILD_SECONDS 20 /* a child that runs longer hangs */
+
+#ifndef MISUSE_BUILD
+#define MISUSE_BUILD 0
+#endif
 
 /* ---- what a case expects ----------------------------------------------------------- */
 
 enum {
-  OK_EXIT = 0, /* no report: the child must exit 0 */
   MSG_DOUBLE_FREE = 1 << 0,
   MSG_INVALID_FREE = 1 << 1,
   MSG_INVALID_REALLOC = 1 << 2,
@@ -46,6 +57,16 @@ enum {
   MSG_SIZE_MISMATCH = 1 << 4,
   MSG_OVERFLOW = 1 << 5,
   MSG_WRITE_AFTER_FREE = 1 << 6,
+  MSG_ANY = (1 << 7) - 1,
+  WENT_ON = 1 << 8,  /* exit 0: not caught (or, for an allowed use, fine) */
+  FAULT = 1 << 9,    /* SIGSEGV or SIGBUS */
+  HELD = 1 << 10,    /* property cases */
+  NOT_HELD = 1 << 11,
+  OK_EXIT = WENT_ON, /* an allowed use */
+  ABORT_OTHER = 1 << 13, /* SIGABRT without a report we know (other allocators) */
+  HANG = 1 << 14,
+  OTHER = 1 << 15,
+  SKIPPED = 1 << 16,
 };
 
 static const struct {
@@ -76,11 +97,11 @@ static void setup_failed(const char *what) {
 }
 
 /* malloc whose result the compiler cannot see through; the first byte is written so
- * the block is really in use. */
+ * the block is really in use (a malloc(0) block has none: any access faults). */
 static char *xmalloc(size_t size) {
   char *p = tu_hide(malloc(size));
   if (p == NULL) setup_failed("malloc returned NULL");
-  p[0] = 1;
+  if (size > 0) p[0] = 1;
   return p;
 }
 
@@ -303,7 +324,7 @@ static void ok_free_sized_exact(size_t size) {
   }
 }
 
-/* ---- hardened build only ----------------------------------------------------------- */
+/* ---- overflow and underflow ------------------------------------------------------- */
 
 static void overflow_by(size_t size, ptrdiff_t offset, size_t len) {
   char *p = xmalloc(size);
@@ -317,16 +338,61 @@ static void overflow_by_32(size_t size) { overflow_by(size, (ptrdiff_t)size, 32)
 static void underflow_by_1(size_t size) { overflow_by(size, -1, 1); }
 static void underflow_by_32(size_t size) { overflow_by(size, -32, 32); }
 
-static void memcpy_overflow(size_t size) {
-  static char source[4096];
-  /* Called through a volatile pointer: a plain memcpy into a block that is freed next
-   * is a dead store the compiler may drop. */
-  void *(*volatile copy)(void *, const void *, size_t) = memcpy;
+/* memcpy through a volatile pointer: a plain memcpy into a block that is freed next is a
+ * dead store the compiler may drop. */
+static void *(*volatile copy)(void *, const void *, size_t) = memcpy;
+static char source[(256 << 10) + 64];
+
+static void memcpy_overflow(size_t size) { /* 16 bytes past the end */
   char *p = xmalloc(size);
   misuse_announce(p);
   copy(p, source, size + 16);
   free(p);
 }
+
+static void memcpy_overflow_32(size_t size) {
+  char *p = xmalloc(size);
+  misuse_announce(p);
+  copy(p, source, size + 32);
+  free(p);
+}
+
+static void memcpy_underflow_32(size_t size) {
+  char *p = xmalloc(size);
+  misuse_announce(p);
+  copy(p - 32, source, size + 32);
+  free(p);
+}
+
+/* The block is overrun but never freed: its neighbours are allocated and freed. */
+static void neighbour(size_t size, ptrdiff_t offset) {
+  char *p = xmalloc(size);
+  misuse_announce(p);
+  scribble(p + offset, 1);
+  churn(size);
+}
+
+static void overflow_1_neighbour(size_t size) { neighbour(size, (ptrdiff_t)size); }
+static void underflow_1_neighbour(size_t size) { neighbour(size, -1); }
+
+enum { MIB = 1 << 20 };
+
+static void overflow_1m(size_t size) {
+  char *p = xmalloc(size);
+  misuse_announce(p);
+  scribble(p + size, MIB);
+  free(p);
+}
+
+static void underflow_1m(size_t size) {
+  char *p = xmalloc(size);
+  misuse_announce(p);
+  volatile char *v = tu_hide(p);
+  for (size_t i = 1; i <= MIB; i++) v[-(ptrdiff_t)i] = 0x5a; /* downwards, as it runs */
+  free(p);
+}
+
+/* ---- write after free ---------------------------------------------------------------- */
 
 static void write_after_free(size_t size) {
   char *p = xmalloc(size);
@@ -345,21 +411,152 @@ static void write_after_free_last(size_t size) {
   churn(size);
 }
 
+static void uaf_free_again(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  scribble(p + size / 2, 1);
+  free(p);
+}
+
+static void uaf_reuse(size_t size) { write_after_free(size); }
+
+/* ---- malloc(0) ----------------------------------------------------------------------- */
+
+static char *malloc0(void) {
+  char *p = tu_hide(malloc(0));
+  if (p == NULL) setup_failed("malloc(0) returned NULL");
+  misuse_announce(p);
+  return p;
+}
+
+static void zero_read(size_t size) {
+  (void)size;
+  volatile char *p = malloc0();
+  fprintf(stderr, "misuse_case: read %d\n", p[0]);
+}
+
+static void zero_write(size_t size) {
+  (void)size;
+  volatile char *p = malloc0();
+  p[0] = 1;
+}
+
+static void zero_read_freed(size_t size) {
+  (void)size;
+  volatile char *p = malloc0();
+  free((char *)p);
+  fprintf(stderr, "misuse_case: read %d\n", p[0]);
+}
+
+static void zero_write_freed(size_t size) {
+  (void)size;
+  volatile char *p = malloc0();
+  free((char *)p);
+  p[0] = 1;
+}
+
+static _Noreturn void property(bool held, const char *what) {
+  fprintf(stderr, "misuse_case: %s: %s\n", what, held ? "held" : "not held");
+  exit(held ? EXIT_HELD : EXIT_NOT_HELD);
+}
+
+static void zero_distinct(size_t size) {
+  (void)size;
+  char *a = tu_hide(malloc(0)), *b = tu_hide(malloc(0));
+  property(a != NULL && b != NULL && a != b, "malloc(0) twice gives two distinct pointers");
+}
+
+/* ---- reuse ----------------------------------------------------------------------------- */
+
+/* A size of another tier, which realloc must move the block to. */
+static size_t other_size(size_t size) { return size <= 16 ? 4096 : 8; }
+
+static void df_realloc(size_t size) {
+  char *p = xmalloc(size);
+  char *q = tu_hide(realloc(p, other_size(size)));
+  if (q == NULL || q == p) setup_failed("realloc did not move the block");
+  free_bad(p);
+}
+
+static void df_realloc0(size_t size) {
+  char *p = xmalloc(size);
+  char *q = tu_hide(realloc(p, 0));
+  if (q != NULL) setup_failed("realloc(p, 0) did not free the block");
+  free_bad(p);
+}
+
+static void reuse_next(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  char *q = xmalloc(size);
+  property(q != p, "the next malloc of the size does not return the block just freed");
+}
+
+static void reuse_after_realloc(size_t size) {
+  char *p = xmalloc(size);
+  char *q = tu_hide(realloc(p, other_size(size)));
+  if (q == NULL || q == p) setup_failed("realloc did not move the block");
+  char *r = xmalloc(size);
+  property(r != p, "the next malloc of the size does not return the block realloc freed");
+}
+
+static void reuse_after_downsize(size_t size) {
+  char *p = xmalloc(size);
+  char *q = tu_hide(realloc(p, size / 8));
+  if (q == NULL) setup_failed("realloc returned NULL");
+  char *r = xmalloc(size);
+  property(r != p, "the next malloc of the size does not return the block realloc shrank");
+}
+
+/* ---- what a freed block holds ---------------------------------------------------------- */
+
+#define FILL_WORD 0xa5a5a5a5a5a5a5a5ull
+
+static void *(*volatile set_bytes)(void *, int, size_t) = memset; /* not a dead store */
+static void fill(char *p, size_t size) { set_bytes(p, 0xa5, size); }
+
+/* Words of [p, p + size) that still hold the fill. */
+static size_t filled_words(const char *p, size_t size) {
+  size_t n = 0;
+  for (size_t i = 0; i + 8 <= size; i += 8) {
+    uint64_t w;
+    memcpy(&w, (const char *)tu_hide((void *)(p + i)), 8);
+    n += w == FILL_WORD;
+  }
+  return n;
+}
+
+static void zeroed_after_free(size_t size) {
+  char *p = xmalloc(size);
+  fill(p, size);
+  free(p);
+  misuse_announce(p);
+  property(filled_words(p, size) == 0, "no word of a freed block's data is left in it");
+}
+
+static void fresh_blocks(size_t size) {
+  char *p = xmalloc(size);
+  fill(p, size);
+  free(p);
+  size_t left = 0;
+  for (int i = 0; i < 64; i++) left += filled_words(xmalloc(size), size);
+  property(left == 0, "no new block of the size holds a freed block's data");
+}
+
 /* ---- the table --------------------------------------------------------------------- */
 
 typedef struct misuse_case {
   const char *name;
   void (*run)(size_t size);
   size_t size;
-  unsigned expected;
+  unsigned expected[2]; /* default build, hardened build */
 } misuse_case_t;
 
 static const misuse_case_t cases[] = {
-#define CASE(name, fn, size, expected) {#name, fn, size, expected},
-#define SECURE CASE
+#define CASE(name, fn, size, in_default, in_hardened) {#name, fn, size, {in_default, in_hardened}},
 #include "cases.def"
 #undef CASE
-#undef SECURE
 };
 #define NUM_CASES (sizeof cases / sizeof cases[0])
 
@@ -390,6 +587,7 @@ static int run_child(const misuse_case_t *c) {
   if (pid == 0) {
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core); /* SIGABRT is expected: no core files */
+    alarm(CHILD_SECONDS);             /* kept across exec: a hang ends in SIGALRM */
     dup2(fds[1], STDERR_FILENO);
     close(fds[0]);
     close(fds[1]);
@@ -442,7 +640,7 @@ static bool report_found(unsigned expected, uintptr_t misused) {
       uintptr_t p = (uintptr_t)strtoull(line + plen, &num_end, 16);
       if (num_end == line + plen) {
         printf("FAIL: no hex pointer after \"%s\"\n", messages[i].prefix);
-      } else if (messages[i].names_pointer && p != misused) {
+      } else if (messages[i].names_pointer && misused != UINTPTR_MAX && p != misused) {
         printf("FAIL: the report names 0x%" PRIxPTR ", the misused pointer is 0x%" PRIxPTR
                "\n", p, misused);
       } else {
@@ -454,20 +652,63 @@ static bool report_found(unsigned expected, uintptr_t misused) {
   return found;
 }
 
-static void print_expected(unsigned expected) {
-  printf("expected: SIGABRT after a line starting with");
+static const struct {
+  unsigned bit;
+  const char *name;
+} outcome_names[] = {
+    {WENT_ON, "went on (exit 0)"}, {FAULT, "SIGSEGV/SIGBUS"}, {HELD, "property held"},
+    {NOT_HELD, "property not held"}, {ABORT_OTHER, "SIGABRT"}, {HANG, "hang (killed)"},
+    {OTHER, "other"}, {SKIPPED, "skipped"},
+};
+
+static void print_outcomes(const char *label, unsigned set) {
+  printf("%s:", label);
   const char *sep = " ";
   for (size_t i = 0; i < sizeof messages / sizeof messages[0]; i++) {
-    if (expected & messages[i].bit) {
-      printf("%s\"%s\"", sep, messages[i].prefix);
+    if (set & messages[i].bit) {
+      printf("%sSIGABRT after \"%s\"", sep, messages[i].prefix);
+      sep = " or ";
+    }
+  }
+  for (size_t i = 0; i < sizeof outcome_names / sizeof outcome_names[0]; i++) {
+    if (set & outcome_names[i].bit) {
+      printf("%s%s", sep, outcome_names[i].name);
       sep = " or ";
     }
   }
   printf("\n");
 }
 
+/* What the child did, as one outcome bit (a MSG_ bit: the report, checked against
+ * `accept`'s messages and the misused pointer). */
+static unsigned classify(int status, unsigned accept) {
+  if (WIFEXITED(status)) {
+    switch (WEXITSTATUS(status)) {
+    case 0: return WENT_ON;
+    case EXIT_HELD: return HELD;
+    case EXIT_NOT_HELD: return NOT_HELD;
+    case EXIT_SKIP: return SKIPPED;
+    default: return OTHER;
+    }
+  }
+  if (!WIFSIGNALED(status)) return OTHER;
+  int sig = WTERMSIG(status);
+  if (sig == SIGSEGV || sig == SIGBUS) return FAULT;
+  if (sig == SIGALRM) return HANG;
+  if (sig != SIGABRT) return OTHER;
+  uintptr_t misused = announced_pointer();
+  for (size_t i = 0; i < sizeof messages / sizeof messages[0]; i++) {
+    if ((accept & messages[i].bit) && report_found(messages[i].bit, misused)) return messages[i].bit;
+  }
+  for (size_t i = 0; i < sizeof messages / sizeof messages[0]; i++) {
+    if (!(accept & messages[i].bit) && report_found(messages[i].bit, UINTPTR_MAX)) return messages[i].bit;
+  }
+  return ABORT_OTHER;
+}
+
 static int check_case(const misuse_case_t *c) {
-  printf("case %s\n", c->name);
+  unsigned expected = c->expected[MISUSE_BUILD];
+  printf("case %s (%s build)\n", c->name, MISUSE_BUILD ? "hardened" : "default");
   fflush(stdout);
   int status = run_child(c);
   printf("--- child stderr ---\n%s--- end ---\n", child_err);
@@ -476,24 +717,42 @@ static int check_case(const misuse_case_t *c) {
   } else if (WIFSIGNALED(status)) {
     printf("child killed by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_SKIP) {
+  unsigned got = classify(status, expected);
+  if (got == SKIPPED) {
     printf("SKIP\n");
     return EXIT_SKIP;
   }
-  bool ok;
-  if (c->expected == OK_EXIT) {
-    printf("expected: exit status 0\n");
-    ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  } else {
-    print_expected(c->expected);
-    bool found = report_found(c->expected, announced_pointer());
-    bool aborted = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
-    if (!found) printf("FAIL: no accepted report on stderr\n");
-    if (!aborted) printf("FAIL: the child was not killed by SIGABRT\n");
-    ok = found && aborted;
-  }
+  print_outcomes("expected", expected);
+  print_outcomes("got", got);
+  bool ok = (got & expected) != 0;
   printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
+}
+
+/* Every case, under whatever allocator this process runs with: the outcome and whether
+ * it counts as caught (stopped, or a property that holds). */
+static int print_matrix(void) {
+  int caught = 0, counted = 0;
+  printf("%-40s %-8s %s\n", "case", "caught", "outcome");
+  for (size_t i = 0; i < NUM_CASES; i++) {
+    const misuse_case_t *c = &cases[i];
+    if (strncmp(c->name, "ok_", 3) == 0) continue;
+    fflush(stdout);
+    unsigned got = classify(run_child(c), MSG_ANY);
+    const char *what = "?";
+    for (size_t j = 0; j < sizeof messages / sizeof messages[0]; j++)
+      if (got == messages[j].bit) what = messages[j].prefix;
+    for (size_t j = 0; j < sizeof outcome_names / sizeof outcome_names[0]; j++)
+      if (got == outcome_names[j].bit) what = outcome_names[j].name;
+    bool yes = (got & (MSG_ANY | FAULT | HELD | ABORT_OTHER)) != 0;
+    if (got != SKIPPED) {
+      counted++;
+      caught += yes;
+    }
+    printf("%-40s %-8s %s\n", c->name, got == SKIPPED ? "-" : yes ? "yes" : "no", what);
+  }
+  printf("caught %d of %d\n", caught, counted);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -501,10 +760,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < NUM_CASES; i++) printf("%s\n", cases[i].name);
     return 0;
   }
+  if (argc == 2 && strcmp(argv[1], "--matrix") == 0) return print_matrix();
   bool child = argc == 3 && strcmp(argv[1], "--child") == 0;
   const misuse_case_t *c = argc == 2 || child ? find_case(argv[argc - 1]) : NULL;
   if (c == NULL) {
-    fprintf(stderr, "usage: misuse_case [--child] CASE | --list\n");
+    fprintf(stderr, "usage: misuse_case [--child] CASE | --list | --matrix\n");
     return 2;
   }
   if (!child) return check_case(c);

@@ -52,6 +52,54 @@ extern "C" void cxx_delete_base_size_mismatch(size_t) {
   delete object;  // operator delete(object, sizeof(Base)) on an 8 KiB block
 }
 
+namespace {
+
+// One byte, a destructor that touches nothing: new Cookie[k] allocates 8 + k bytes.
+struct Cookie {
+  char c;
+  ~Cookie() { destroyed = destroyed + 1; }
+};
+
+// An object of `Size` bytes deleted through its first member's type, a base of `Base`.
+template <size_t Base>
+struct SmallBase {
+  char bytes[Base] = {};
+  ~SmallBase() { destroyed = destroyed + bytes[0]; }
+};
+template <size_t Size, size_t Base>
+struct Sized : SmallBase<Base> {
+  char payload[Size - Base] = {};
+};
+
+template <size_t Size, size_t Base>
+void delete_through_base() {
+  SmallBase<Base> *object = launder(static_cast<SmallBase<Base> *>(new Sized<Size, Base>));
+  misuse_announce(object);
+  delete object;  // operator delete(object, Base)
+}
+
+}  // namespace
+
+// Scalar delete of new Cookie[size - 8]: the pointer is 8 bytes into a block of `size`.
+extern "C" void cxx_delete_array_cookie(size_t size) {
+  Cookie *array = launder(new Cookie[size - 8]);
+  misuse_announce(array);
+  delete array;
+}
+
+// Scalar delete of new char[size]: operator delete(p, 1) on a block of `size`.
+extern "C" void cxx_delete_array_no_cookie(size_t size) {
+  char *array = launder(new char[size]);
+  misuse_announce(array);
+  delete array;
+}
+
+extern "C" void cxx_sized_delete_wrong(size_t size) {
+  if (size == 8) delete_through_base<8, 4>();
+  else if (size == 4096) delete_through_base<4096, 8>();
+  else delete_through_base<(256 << 10), 8>();
+}
+
 extern "C" void ok_cxx_new_delete(size_t) {
   for (int round = 0; round < 100; round++) {
     delete launder(new Tracked);
