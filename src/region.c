@@ -66,15 +66,19 @@ static size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
  * (reused memory faults no page in), then the shortest free run (best fit keeps long
  * runs for big spans). Within its run a span sits at one end, so that what is left stays
  * in one piece, unless the run's resident units lie between. A slab-sized span takes
- * the first place that is all resident; a bigger one looks on for an exact fit. */
+ * the first place that is all resident in a short run; a bigger one looks on for an
+ * exact fit. (A slab that took the end of a long run, the place a freed big block left,
+ * kept the next big block out of it: fresh pages, and the budget purging others.) */
 #define SMALL_SPAN_UNITS 16
+#define SHORT_RUN_UNITS (4 * SMALL_SPAN_UNITS)
 typedef struct span_place {
   hak_region_t *region;
   size_t first, dirty, run;
 } span_place_t;
 
 static bool place_is_final(const span_place_t *p, size_t n) {
-  return p->region != NULL && p->dirty == n && (p->run == n || n <= SMALL_SPAN_UNITS);
+  return p->region != NULL && p->dirty == n &&
+         (p->run == n || (n <= SMALL_SPAN_UNITS && p->run <= SHORT_RUN_UNITS));
 }
 
 static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
@@ -112,11 +116,8 @@ static span_place_t find_place(size_t n) {
   span_place_t best = {NULL, 0, 0, 0};
   for (hak_region_t *r = regions; r != NULL; r = r->next) {
     if (r->free_units < n) continue;
-    /* A region with fewer resident free units cannot do better; for a slab, one with
-     * no more cannot either (it only matters that the place is resident). */
-    if (best.region != NULL && (r->dirty_free_units < best.dirty ||
-                                (n <= SMALL_SPAN_UNITS && r->dirty_free_units <= best.dirty)))
-      continue;
+    /* A region with fewer resident free units cannot do better. */
+    if (best.region != NULL && r->dirty_free_units < best.dirty) continue;
     consider_region(r, n, &best);
     if (place_is_final(&best, n)) break;
   }
