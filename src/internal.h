@@ -116,7 +116,7 @@ typedef struct hak_global_stats {
       slabs_adopted, slabs_reclaimed_idle;
   _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
   _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
-  _Atomic uint64_t purge_passes;      /* timed purge passes that ran (region_purge_due) */
+  _Atomic uint64_t purge_passes;      /* purge passes that ran (purge.c: timed and malloc_trim) */
   _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;

@@ -243,6 +243,7 @@ bool purge_pass_due(uint64_t now_ms) { return pass_due(now_ms, hak_opt.purge_del
 
 size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
   if (!pass_due(now_ms, delay_ms)) return 0;
+  atomic_fetch_add_explicit(&hak_gstats.purge_passes, 1, memory_order_relaxed);
   uint64_t next_due = 0;
   clock_ms = (uint32_t)now_ms;
   size_t purged = region_purge_due(now_ms, delay_ms, release_regions, &next_due);
@@ -270,9 +271,12 @@ size_t purge_pass_background(uint64_t now_ms) {
     uint64_t next_due = 0;
     bool more;
     pthread_mutex_lock(&region_lock);
-    if (first && !pass_due(now_ms, delay)) {
-      pthread_mutex_unlock(&region_lock);
-      return 0;
+    if (first) {
+      if (!pass_due(now_ms, delay)) {
+        pthread_mutex_unlock(&region_lock);
+        return 0;
+      }
+      atomic_fetch_add_explicit(&hak_gstats.purge_passes, 1, memory_order_relaxed);
     }
     clock_ms = (uint32_t)now_ms;
     size_t n = region_take_due(now_ms, delay, runs, BACKGROUND_BATCH, gone, &n_gone, &next_due, &more);

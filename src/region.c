@@ -300,7 +300,6 @@ static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, lo
 
 size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due) {
   size_t purged = 0;
-  atomic_fetch_add_explicit(&hak_gstats.purge_passes, 1, memory_order_relaxed);
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
