@@ -126,10 +126,40 @@ hak_export hak_heap_t *hak_heap_set_default(hak_heap_t *h) {
 }
 
 /* ---- statistics --------------------------------------------------------------------- */
-static void count_slabs(const hak_slab_queue_t *q, const hak_slab_t *pinned, hak_heap_stats_t *st) {
+/* Hardened: the slabs of the blocks that wait in the owner's quarantine, sorted, so that
+ * each slab's count of live blocks drops by its own quarantined blocks (the owner changes
+ * both as we read, so one slab's count must never pay for another's). */
+typedef struct {
+  const hak_slab_t *slab[QUARANTINE_SLOTS];
+  uint32_t n;
+} quarantined_t;
+
+/* Insertion sort: no qsort, which may call malloc, under these locks. */
+static void quarantined_sort(quarantined_t *q) {
+  for (uint32_t i = 1; i < q->n; i++) {
+    const hak_slab_t *s = q->slab[i];
+    uint32_t j = i;
+    for (; j > 0 && (uintptr_t)q->slab[j - 1] > (uintptr_t)s; j--) q->slab[j] = q->slab[j - 1];
+    q->slab[j] = s;
+  }
+}
+
+static uint32_t quarantined_in(const quarantined_t *q, const hak_slab_t *s) {
+  uint32_t lo = 0, hi = q->n, n = 0;
+  while (lo < hi) { /* the first entry not below s */
+    uint32_t mid = (lo + hi) / 2;
+    if ((uintptr_t)q->slab[mid] < (uintptr_t)s) lo = mid + 1;
+    else hi = mid;
+  }
+  while (lo + n < q->n && q->slab[lo + n] == s) n++;
+  return n;
+}
+
+static void count_slabs(const hak_slab_queue_t *q, const hak_slab_t *pinned, const quarantined_t *qd,
+                        hak_heap_stats_t *st) {
   for (const hak_slab_t *s = q->head; s != NULL; s = s->next) {
     uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
-    uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT);
+    uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT) + quarantined_in(qd, s);
     uint32_t out = __atomic_load_n(&s->used, __ATOMIC_RELAXED) - (s == pinned);
     uint32_t live = out > waiting ? out - waiting : 0;
     st->blocks += live;
@@ -159,22 +189,17 @@ hak_export void hak_heap_stats(hak_heap_t *h, hak_heap_stats_t *st) {
     hak_fatal_pointer(state == HEAP_SLOT_DEAD ? "destroyed heap" : "not a heap", "hak_heap_stats", h);
   }
   pthread_mutex_lock(&h->lock);
-  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    count_slabs(&h->queue[c], h->pinned[c], st);
-    count_slabs(&h->full[c], h->pinned[c], st);
-  }
-  /* Hardened: freed blocks waiting in the owner's quarantine are not live. */
+  quarantined_t qd = {.n = 0};
   hak_heap_t *home = (hak_heap_t *)__atomic_load_n(&h->owner_id, __ATOMIC_RELAXED);
   for (uint32_t i = 0; HAKMEM_SECURE && home != NULL && i < QUARANTINE_SLOTS; i++) {
-    hak_block_t *q = __atomic_load_n(&home->quarantine[i], __ATOMIC_RELAXED);
-    hak_slab_t *s = q != NULL ? region_slab_of((uintptr_t)q) : NULL;
-    bool ours = s != NULL && (state == HEAP_SLOT_USER ? slab_user_heap(s) == h
-                                                      : slab_user_heap(s) == NULL &&
-                                                            (slab_owner(s) & ~SLAB_FULL) == (uintptr_t)h);
-    if (ours && st->blocks > 0) {
-      st->blocks--;
-      st->in_use -= s->block_size;
-    }
+    hak_block_t *b = __atomic_load_n(&home->quarantine[i], __ATOMIC_RELAXED);
+    hak_slab_t *s = b != NULL ? region_slab_of((uintptr_t)b) : NULL;
+    if (s != NULL) qd.slab[qd.n++] = s;
+  }
+  quarantined_sort(&qd);
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    count_slabs(&h->queue[c], h->pinned[c], &qd, st);
+    count_slabs(&h->full[c], h->pinned[c], &qd, st);
   }
   if (state == HEAP_SLOT_USER) {
     for (const hak_slab_t *s = h->large.head; s != NULL; s = s->next) count_big(NULL, s->block_size, st);

@@ -111,6 +111,8 @@ static void *purge_thread_main(void *arg) {
 
 static hak_noinline void purge_thread_start(void) {
   int expect = atomic_load_explicit(&pt_state, memory_order_relaxed);
+  /* Another thread may have started one since purge_thread_poke looked. */
+  if (expect == PT_STARTING || expect == PT_RUNNING) return;
   if (expect == PT_FAILED &&
       os_now_ms() - atomic_load_explicit(&pt_failed_ms, memory_order_relaxed) < PURGE_THREAD_RETRY_MS)
     return;
