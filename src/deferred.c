@@ -20,7 +20,7 @@ static void heap_others_if_due(hak_heap_t *self, uint64_t now) {
                                                memory_order_relaxed, memory_order_relaxed))
     return;
   heap_dissolve_parked(now, false);
-  if (hak_opt.purge_delay_ms >= 0) heap_reclaim_idle(self, now, false);
+  if (hak_opt.purge_delay_ms >= 0) heap_reclaim_idle(self, now, due - purge_period_ms(), false);
 }
 
 /* ---- deferred work, trimming, thread exit ------------------------------------------- */
@@ -197,7 +197,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   uint64_t now = os_now_ms();
   if (h != &hak_heap_empty) released += heap_spare_trim(h, now, true);
   heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
-  released += heap_reclaim_idle(h, now, true);
+  released += heap_reclaim_idle(h, now, now, true);
   pthread_mutex_lock(&region_lock);
   heap_sweep_abandoned_locked(now, true);
   released += purge_pass(now, 0, true);

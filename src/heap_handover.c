@@ -329,8 +329,12 @@ static void heap_take_remote_freed(hak_heap_t *h, hak_slab_t **out) {
 /* Every slab of other heaps whose blocks all came back goes to its region: from idle
  * heaps, or from every heap whose owner is not on a slow path right now with `all`
  * (malloc_trim). A busy owner's heap is left alone (its lock is only tried). Returns the
- * bytes given back. */
-size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all) {
+ * bytes given back. A slab taken counts as freed at the caller's last look (the purge
+ * thread looks every half period), but no more than half a period ago: its last block
+ * came back since, and the purge delay need not wait for the look as well. */
+size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, bool all) {
+  uint64_t half = purge_period_ms() / 2, freed_since = last_look > now ? now : last_look;
+  if (now - freed_since > half) freed_since = now - half;
   if (pthread_mutex_trylock(&heaps_lock) != 0) return 0;
   uint64_t idle_ms = purge_period_ms();
   hak_slab_t *taken = NULL;
@@ -349,7 +353,7 @@ size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all) {
       s->next = NULL;
       released += (size_t)s->units * UNIT_SIZE;
       count++;
-      span_free(s, now);
+      span_free_since(s, freed_since, now);
     }
     pthread_mutex_unlock(&region_lock);
     atomic_fetch_add_explicit(&hak_gstats.slabs_reclaimed_idle, count, memory_order_relaxed);

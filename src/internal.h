@@ -250,6 +250,8 @@ void zero_check(void *p, const char *fn, bool release); /* aborts unless a live 
  * region_lock), so the budget sees every change. */
 hak_slab_t *span_alloc(size_t units);
 void span_free(hak_slab_t *s, uint64_t now_ms);
+/* The same, for a span whose blocks all came back at some time since freed_ms. */
+void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms);
 bool span_grow(hak_slab_t *s, size_t new_units); /* in place, or false */
 void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 /* Purge what was freed delay_ms ago or more (delay 0: all; < 0: nothing); caller holds

@@ -82,7 +82,7 @@ void heap_unlist_locked(hak_heap_t *h); /* off the list of all heaps (idempotent
 void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
 hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
 void heap_sweep_abandoned_locked(uint64_t now, bool all);
-size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, bool all);
+size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, bool all);
 void heap_dissolve_parked(uint64_t now, bool all);
 void heap_abandon(hak_heap_t *h); /* thread exit */
 void heap_atfork_child(void);

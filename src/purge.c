@@ -311,12 +311,14 @@ hak_slab_t *span_alloc(size_t units) {
   return s;
 }
 
-void span_free(hak_slab_t *s, uint64_t now_ms) {
-  region_free_span(s, now_ms);
+void span_free(hak_slab_t *s, uint64_t now_ms) { span_free_since(s, now_ms, now_ms); }
+
+void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
+  region_free_span(s, freed_ms);
   clock_ms = (uint32_t)now_ms;
   peak_window_tick(now_ms);
   if (hak_opt.purge_delay_ms > 0) {
-    purge_schedule(now_ms + (uint64_t)hak_opt.purge_delay_ms);
+    purge_schedule(freed_ms + (uint64_t)hak_opt.purge_delay_ms);
     purge_to_budget();
   }
 }

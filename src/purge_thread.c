@@ -33,6 +33,7 @@ static _Atomic uint64_t pt_failed_ms;
 static _Atomic uint64_t pt_started; /* threads started, for the tests and the report */
 static int pt_pid;                  /* the process the thread belongs to */
 static uint32_t pt_pass;            /* under heaps_lock */
+static uint64_t pt_last_look;       /* the purge thread's last pass */
 
 static size_t committed_now(void) {
   return atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) +
@@ -79,7 +80,8 @@ static size_t trim_idle_heaps(uint64_t now) {
 static size_t purge_thread_pass(uint64_t now) {
   size_t done = trim_idle_heaps(now);
   heap_dissolve_parked(now, false);
-  done += heap_reclaim_idle(NULL, now, false);
+  done += heap_reclaim_idle(NULL, now, pt_last_look, false);
+  pt_last_look = now;
   pthread_mutex_lock(&region_lock);
   heap_sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
