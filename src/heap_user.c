@@ -47,8 +47,9 @@ static void user_unlink(hak_heap_t **list, hak_heap_t *u) {
  * owner word is OWNER_NONE). The hardened build keeps the last DEAD_SPANS_MAX bytes of
  * destroyed slabs out of reuse, their pages given back, so it is caught that long. The
  * pages go back in batches of DEAD_BATCH slabs sorted by address, one madvise per run
- * of adjacent spans and only as far as the last one was written, with no lock held;
- * then the batch joins the queue, oldest first, under region_lock. */
+ * of adjacent spans (whole: a write past the carved blocks, which `touched` does not
+ * see, goes too), with no lock held; then the batch joins the queue, oldest first,
+ * under region_lock. */
 #define DEAD_SPANS_MAX ((size_t)64 << 20)
 #define DEAD_BATCH 128
 static hak_slab_t *dead_oldest, *dead_newest; /* under region_lock, linked by next */
@@ -64,11 +65,10 @@ static size_t dead_batch(hak_slab_t **v, size_t n, uint64_t now) {
     v[j] = s;
   }
   for (size_t i = 0; i < n;) {
-    uintptr_t from = slab_base(v[i]), to = from + v[i]->touched;
+    uintptr_t from = slab_base(v[i]), to = from + (size_t)v[i]->units * UNIT_SIZE;
     size_t j = i + 1;
-    for (; j < n && slab_base(v[j - 1]) + (size_t)v[j - 1]->units * UNIT_SIZE == slab_base(v[j]); j++)
-      if (v[j]->touched != 0) to = slab_base(v[j]) + v[j]->touched;
-    if (to > from) os_purge((void *)from, to - from);
+    for (; j < n && to == slab_base(v[j]); j++) to += (size_t)v[j]->units * UNIT_SIZE;
+    os_purge((void *)from, to - from);
     for (; i < j; i++) v[i]->touched = 0;
   }
   size_t bytes = 0;
