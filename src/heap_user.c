@@ -45,23 +45,43 @@ static void user_unlink(hak_heap_t **list, hak_heap_t *u) {
 /* ---- hardened: destroyed heaps' slabs wait before they are reused ------------------
  * A free of a destroyed heap's block is reported while its span is not reused (its
  * owner word is OWNER_NONE). The hardened build keeps the last DEAD_SPANS_MAX bytes of
- * destroyed slabs out of reuse, their pages given back, so it is caught that long. */
+ * destroyed slabs out of reuse, their pages given back, so it is caught that long. The
+ * pages go back in batches of DEAD_BATCH slabs sorted by address, one madvise per run
+ * of adjacent spans (whole: a write past the carved blocks, which `touched` does not
+ * see, goes too), with no lock held; then the batch joins the queue, oldest first,
+ * under region_lock. */
 #define DEAD_SPANS_MAX ((size_t)64 << 20)
+#define DEAD_BATCH 128
 static hak_slab_t *dead_oldest, *dead_newest; /* under region_lock, linked by next */
 static size_t dead_bytes;
 
-static void slab_gone(hak_slab_t *s, uint64_t now) {
-  if (!HAKMEM_SECURE) {
-    span_free(s, now);
-    return;
+/* Purges v[0..n) and queues them; returns their bytes. (An insertion sort: qsort may
+ * call malloc.) */
+static size_t dead_batch(hak_slab_t **v, size_t n, uint64_t now) {
+  for (size_t i = 1; i < n; i++) {
+    hak_slab_t *s = v[i];
+    size_t j = i;
+    for (; j > 0 && slab_base(v[j - 1]) > slab_base(s); j--) v[j] = v[j - 1];
+    v[j] = s;
   }
-  os_purge((void *)slab_base(s), (size_t)s->units * UNIT_SIZE);
-  s->touched = 0;
-  s->next = NULL;
-  if (dead_newest) dead_newest->next = s;
-  else dead_oldest = s;
-  dead_newest = s;
-  dead_bytes += (size_t)s->units * UNIT_SIZE;
+  for (size_t i = 0; i < n;) {
+    uintptr_t from = slab_base(v[i]), to = from + (size_t)v[i]->units * UNIT_SIZE;
+    size_t j = i + 1;
+    for (; j < n && to == slab_base(v[j]); j++) to += (size_t)v[j]->units * UNIT_SIZE;
+    os_purge((void *)from, to - from);
+    for (; i < j; i++) v[i]->touched = 0;
+  }
+  size_t bytes = 0;
+  pthread_mutex_lock(&region_lock);
+  for (size_t i = 0; i < n; i++) {
+    hak_slab_t *s = v[i];
+    bytes += (size_t)s->units * UNIT_SIZE;
+    s->next = NULL;
+    if (dead_newest) dead_newest->next = s;
+    else dead_oldest = s;
+    dead_newest = s;
+  }
+  dead_bytes += bytes;
   while (dead_bytes > DEAD_SPANS_MAX) {
     hak_slab_t *old = dead_oldest;
     dead_oldest = old->next;
@@ -70,30 +90,43 @@ static void slab_gone(hak_slab_t *s, uint64_t now) {
     old->next = NULL;
     span_free(old, now);
   }
+  pthread_mutex_unlock(&region_lock);
+  return bytes;
 }
 
 /* ---- the retired list ------------------------------------------------------------- */
-/* u is retired and no reference is left: a destroyed heap's slabs go back to their
- * regions, and the structure to the pool (hardened: never reused). */
-static void user_finish(hak_heap_t *u) {
-  if (u->retired_how == HEAP_DESTROYED) {
-    uint64_t now = os_now_ms();
-    size_t bytes = 0;
-    pthread_mutex_lock(&region_lock);
-    for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-      hak_slab_queue_t *lists[2] = {&u->queue[c], &u->full[c]};
-      for (int l = 0; l < 2; l++) {
-        hak_slab_t *s;
-        while ((s = lists[l]->head) != NULL) {
-          queue_remove(lists[l], s);
+/* The slabs of destroyed heap u, no reference left, go back to their regions
+ * (hardened: to the dead spans' queue). Returns their bytes. */
+static size_t slabs_gone(hak_heap_t *u) {
+  uint64_t now = os_now_ms();
+  size_t bytes = 0, n = 0;
+  hak_slab_t *batch[HAKMEM_SECURE ? DEAD_BATCH : 1];
+  if (!HAKMEM_SECURE) pthread_mutex_lock(&region_lock);
+  for (uint32_t c = 0; c < NUM_CLASSES; c++) {
+    hak_slab_queue_t *lists[2] = {&u->queue[c], &u->full[c]};
+    for (int l = 0; l < 2; l++) {
+      hak_slab_t *s;
+      while ((s = lists[l]->head) != NULL) {
+        queue_remove(lists[l], s);
+        if (!HAKMEM_SECURE) {
           bytes += (size_t)s->units * UNIT_SIZE;
-          slab_gone(s, now);
+          span_free(s, now);
+          continue;
         }
+        batch[n++] = s;
+        if (n == DEAD_BATCH) bytes += dead_batch(batch, n, now), n = 0;
       }
     }
-    pthread_mutex_unlock(&region_lock);
-    heap_held_add(u, -bytes);
   }
+  if (!HAKMEM_SECURE) pthread_mutex_unlock(&region_lock);
+  else if (n > 0) bytes += dead_batch(batch, n, now);
+  return bytes;
+}
+
+/* u is retired and no reference is left: a destroyed heap's slabs go, and the
+ * structure to the pool (hardened: never reused). */
+static void user_finish(hak_heap_t *u) {
+  if (u->retired_how == HEAP_DESTROYED) heap_held_add(u, -slabs_gone(u));
   if (HAKMEM_SECURE) heap_slot_bury(u);
   else heap_struct_free(u);
 }
@@ -205,7 +238,7 @@ static bool spare_keep(hak_heap_t *home, hak_heap_t *u) {
           queue_push_back(&keep, s);
         } else {
           gone += s->units;
-          slab_gone(s, now);
+          span_free(s, now);
         }
       }
     }

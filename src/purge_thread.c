@@ -96,12 +96,14 @@ static void *purge_thread_main(void *arg) {
   uint64_t period = purge_period_ms() / 2, sleep_ms = period;
   uint64_t pushes = stats_remote_total(false);
   for (int low = 0; low < 2;) {
-    purge_wait(sleep_ms);
+    bool woken = purge_wait(sleep_ms);
     size_t done = purge_thread_pass(os_now_ms());
     /* Back off while there is nothing to do and no thread frees into another's slabs
-     * (the work that comes once the freeing ends); a purge scheduled sooner wakes it. */
+     * (the work that comes once the freeing ends); a purge scheduled sooner wakes it.
+     * Woken by activity, it sleeps a period without napping, so that a program that
+     * keeps refilling wakes it once per back-off, not once per refill. */
     uint64_t now_pushes = stats_remote_total(false);
-    bool active = now_pushes != pushes;
+    bool active = woken || now_pushes != pushes;
     pushes = now_pushes;
     sleep_ms = done || active ? period
                : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS : sleep_ms * 2;
