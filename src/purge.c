@@ -88,7 +88,8 @@ void purge_schedule(uint64_t due_ms) {
   }
 }
 
-void purge_wait(uint64_t max_ms) {
+bool purge_wait(uint64_t max_ms) {
+  bool woken = false;
   pthread_mutex_lock(&region_lock);
   uint64_t now = os_now_ms(), until = now + max_ms;
   if (next_purge_ms != 0 && next_purge_ms < until) until = next_purge_ms;
@@ -96,12 +97,15 @@ void purge_wait(uint64_t max_ms) {
     struct timespec deadline = os_monotonic_after((long)(until - now) * 1000000L);
     purge_waiting = true;
     purge_wake_ms = until;
-    if (max_ms > purge_period_ms()) atomic_store_explicit(&purge_napping, true, memory_order_relaxed);
+    bool nap = max_ms > purge_period_ms();
+    if (nap) atomic_store_explicit(&purge_napping, true, memory_order_relaxed);
     pthread_cond_clockwait(&purge_cond, &region_lock, CLOCK_MONOTONIC, &deadline);
-    atomic_store_explicit(&purge_napping, false, memory_order_relaxed);
+    /* purge_wake clears the flag, under region_lock, before it signals */
+    woken = nap && !atomic_exchange_explicit(&purge_napping, false, memory_order_relaxed);
     purge_waiting = false;
   }
   pthread_mutex_unlock(&region_lock);
+  return woken;
 }
 
 void purge_atfork_child(void) {
