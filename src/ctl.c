@@ -19,7 +19,7 @@ enum figure {
   F_CLASS_SIZE, F_CLASS_BLOCKS, F_CLASS_SLABS, F_CLASS_BYTES,
   F_REMOTE_PUSHES, F_REMOTE_BLOCKS,
   F_PURGE_PASSES, F_PURGE_BUDGET, F_MADVISE_CALLS, F_MADVISE_BYTES, F_PURGED, F_UNMAPPED,
-  F_PURGE_THREADS,
+  F_PURGE_THREADS, F_PURGE_THREAD_PASSES, F_PURGE_THREAD_WOKEN, F_PURGE_THREAD_TRIMS,
   F_THREADS_ALIVE, F_THREADS_EXITED,
   F_HEAPS_CREATED, F_HEAPS_TAKEN, F_HEAPS_BY_FREE, F_HEAP_WAITS, F_HEAP_WAITS_VAIN,
   F_HEAPS_DISSOLVED,
@@ -115,6 +115,14 @@ static const ctl_entry_t table[] = {
     {{"purge.thread_starts", "threads",
       "purge threads started (one at a time; it ends when memory is low)",
       U, X, RO}, F_PURGE_THREADS, W_NONE},
+    {{"purge.thread_passes", "passes",
+      "passes of the purge thread (each after a sleep)", U, X, RO}, F_PURGE_THREAD_PASSES, W_NONE},
+    {{"purge.thread_woken", "passes",
+      "of those, passes that a sign of activity started before the thread's sleep ended",
+      U, X, RO}, F_PURGE_THREAD_WOKEN, W_NONE},
+    {{"purge.thread_trims", "heaps",
+      "idle heaps whose all-free queue heads the purge thread gave back",
+      U, X, RO}, F_PURGE_THREAD_TRIMS, W_NONE},
     {{"threads.alive", "threads",
       "threads that got a heap and have not exited", U, X, RO}, F_THREADS_ALIVE, W_NONE},
     {{"threads.exited", "threads",
@@ -294,6 +302,9 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_PURGED: return relaxed_size(&g->purged_bytes);
   case F_UNMAPPED: return relaxed_size(&g->released_bytes);
   case F_PURGE_THREADS: return purge_thread_started();
+  case F_PURGE_THREAD_PASSES: return purge_thread_count(PT_PASSES);
+  case F_PURGE_THREAD_WOKEN: return purge_thread_count(PT_WOKEN);
+  case F_PURGE_THREAD_TRIMS: return purge_thread_count(PT_TRIMS);
   case F_THREADS_ALIVE: {
     uint64_t exited = relaxed(&g->threads_exited), started = relaxed(&g->threads_started);
     return started > exited ? started - exited : 0;

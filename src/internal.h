@@ -263,7 +263,8 @@ void purge_schedule(uint64_t due_ms);   /* a time by which the purge pass must r
 void purge_note_huge(ptrdiff_t in_use); /* a huge block's bytes in use changed by this */
 size_t purge_pass_background(uint64_t now_ms); /* purge_pass without a syscall under the lock */
 bool purge_pass_due(uint64_t now_ms);          /* has it work now? caller holds region_lock */
-bool purge_wait(uint64_t max_ms); /* until the pass is due, or max_ms; true: woken by activity */
+bool purge_wait(uint64_t max_ms); /* until the pass is due, or max_ms; the purge thread's;
+                                   * true if purge_wake ended its nap */
 extern _Atomic bool purge_napping;  /* the purge thread sleeps long: wake it on activity */
 void purge_wake(void);
 void purge_atfork_child(void);

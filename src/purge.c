@@ -100,7 +100,7 @@ bool purge_wait(uint64_t max_ms) {
     bool nap = max_ms > purge_period_ms();
     if (nap) atomic_store_explicit(&purge_napping, true, memory_order_relaxed);
     pthread_cond_clockwait(&purge_cond, &region_lock, CLOCK_MONOTONIC, &deadline);
-    /* purge_wake clears the flag before it signals */
+    /* purge_wake clears the flag, under region_lock, before it signals */
     woken = nap && !atomic_exchange_explicit(&purge_napping, false, memory_order_relaxed);
     purge_waiting = false;
   }

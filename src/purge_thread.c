@@ -31,6 +31,8 @@ enum { PT_NONE, PT_STARTING, PT_RUNNING, PT_FAILED };
 static _Atomic int pt_state;
 static _Atomic uint64_t pt_failed_ms;
 static _Atomic uint64_t pt_started; /* threads started, for the tests and the report */
+static _Atomic uint64_t pt_passes, pt_woken; /* its passes; those a sign of activity began */
+static _Atomic uint64_t pt_trims;            /* idle heaps whose heads it gave back */
 static int pt_pid;                  /* the process the thread belongs to */
 static uint32_t pt_pass;            /* under heaps_lock */
 static uint64_t pt_last_look;       /* the purge thread's last pass */
@@ -67,6 +69,7 @@ static size_t trim_idle_heaps(uint64_t now) {
     }
     pthread_mutex_unlock(&heaps_lock);
     size_t n = heap_trim_idle_locked(h, now, uncarved);
+    if (n) atomic_fetch_add_explicit(&pt_trims, 1, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
       size_t bytes = (size_t)uncarved[i]->units * UNIT_SIZE;
       os_purge((void *)slab_base(uncarved[i]), bytes);
@@ -97,15 +100,18 @@ static void *purge_thread_main(void *arg) {
   uint64_t pushes = stats_remote_total(false);
   for (int low = 0; low < 2;) {
     bool woken = purge_wait(sleep_ms);
+    atomic_fetch_add_explicit(&pt_passes, 1, memory_order_relaxed);
+    if (woken) atomic_fetch_add_explicit(&pt_woken, 1, memory_order_relaxed);
     size_t done = purge_thread_pass(os_now_ms());
     /* Back off while there is nothing to do and no thread frees into another's slabs
-     * (the work that comes once the freeing ends); a purge scheduled sooner wakes it.
-     * Woken by activity, it sleeps a period without napping, so that a program that
-     * keeps refilling wakes it once per back-off, not once per refill. */
+     * (the work that comes once the freeing ends); a purge scheduled sooner wakes it. A
+     * sign of activity during a nap (purge_wake) ends the nap and the backoff: the next
+     * sleeps are half periods, which no refill cuts short, so a program busy on its slow
+     * paths wakes the thread once per backoff, not at every refill. */
     uint64_t now_pushes = stats_remote_total(false);
-    bool active = woken || now_pushes != pushes;
+    bool active = now_pushes != pushes;
     pushes = now_pushes;
-    sleep_ms = done || active ? period
+    sleep_ms = done || active || woken ? period
                : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS : sleep_ms * 2;
     low = committed_now() < PURGE_THREAD_START_BYTES ? low + 1 : 0;
   }
@@ -164,6 +170,11 @@ void purge_thread_poke(void) {
 }
 
 uint64_t purge_thread_started(void) { return atomic_load_explicit(&pt_started, memory_order_relaxed); }
+
+uint64_t purge_thread_count(purge_thread_count_t which) {
+  _Atomic uint64_t *c = which == PT_PASSES ? &pt_passes : which == PT_WOKEN ? &pt_woken : &pt_trims;
+  return atomic_load_explicit(c, memory_order_relaxed);
+}
 
 /* The child of fork has no purge thread; it starts its own when it needs one. */
 void purge_thread_atfork_child(void) {

@@ -158,10 +158,12 @@ void stats_print(FILE *f) {
   uint64_t exited = atomic_load(&hak_gstats.threads_exited);
   out(f, "  remote frees: %llu blocks in %llu pushes\n", (unsigned long long)stats_remote_total(true),
       (unsigned long long)stats_remote_total(false));
-  out(f, "  purging: %llu passes, %llu by the budget; %llu madvise calls over %.2f MiB\n",
+  out(f, "  purging: %llu passes, %llu by the budget; %llu madvise calls over %.2f MiB; purge thread: %llu passes (%llu woken early), %llu idle heaps trimmed\n",
       (unsigned long long)atomic_load(&hak_gstats.purge_passes),
       (unsigned long long)atomic_load(&hak_gstats.purge_budget_runs),
-      (unsigned long long)atomic_load(&os_purge_calls), mib(atomic_load(&os_purge_bytes)));
+      (unsigned long long)atomic_load(&os_purge_calls), mib(atomic_load(&os_purge_bytes)),
+      (unsigned long long)purge_thread_count(PT_PASSES), (unsigned long long)purge_thread_count(PT_WOKEN),
+      (unsigned long long)purge_thread_count(PT_TRIMS));
   out(f, "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; %llu slabs adopted, %llu taken back from idle heaps\n",
       (unsigned long long)(started > exited ? started - exited : 0), (unsigned long long)exited,
       (unsigned long long)atomic_load(&hak_gstats.heaps_created),

@@ -7,6 +7,9 @@
  *             exits 0, half through exit() and half through _exit()
  *   exit      a thread calls exit(0) right after freeing 256 MiB, while the purge thread
  *             purges: the process must end with status 0 (ctest's timeout catches a hang)
+ *   busy      one thread keeps 32 MiB of mixed blocks live and replaces them at random for
+ *             BUSY_MS, taking slow paths all the time: the purge thread must keep to its
+ *             period (at most BUSY_MAX_PASSES passes), not run a pass at every refill
  *   nothread  run with HAKMEM_BACKGROUND=test-fail: the thread cannot be created. After a
  *             burst, nothing is printed, and memory still goes back through the slow
  *             paths a program takes (here, a refill every millisecond)
@@ -112,6 +115,43 @@ static _Noreturn void mode_exit(void) {
   for (;;) pause();
 }
 
+#define BUSY_MS 1000
+#define BUSY_LIVE 32768
+#define BUSY_MAX_PASSES 100 /* 20 at the default period: a pass every 50 ms while busy */
+
+static uint64_t stat_now(const char *name) {
+  uint64_t v = 0;
+  if (hak_stats_get(name, &v) != 0) mt_fail("hak_stats_get(%s) failed", name);
+  return v;
+}
+
+static int mode_busy(void) {
+  void **live = mt_scratch(BUSY_LIVE * sizeof *live);
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i < BUSY_LIVE; i++) live[i] = mt_malloc_touched(16 + i % 2032);
+  usleep(100000); /* the purge thread starts and settles */
+  uint64_t passes = stat_now("purge.thread_passes"), woken = stat_now("purge.thread_woken");
+  double end = tu_now() + BUSY_MS / 1000.0;
+  size_t ops = 0;
+  while (tu_now() < end) {
+    for (int k = 0; k < 1000; k++, ops++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t i = (size_t)(x % BUSY_LIVE);
+      free(live[i]);
+      live[i] = mt_malloc_touched(16 + (size_t)(x >> 32) % 4096);
+    }
+  }
+  passes = stat_now("purge.thread_passes") - passes;
+  woken = stat_now("purge.thread_woken") - woken;
+  printf("%zu replacements in %d ms: %llu purge thread passes, %llu of them woken early\n", ops, BUSY_MS,
+         (unsigned long long)passes, (unsigned long long)woken);
+  if (stat_now("purge.thread_starts") == 0) mt_fail("no purge thread started");
+  for (size_t i = 0; i < BUSY_LIVE; i++) free(live[i]);
+  mt_scratch_free(live, BUSY_LIVE * sizeof *live);
+  if (passes > BUSY_MAX_PASSES) mt_fail("%llu passes > %d", (unsigned long long)passes, BUSY_MAX_PASSES);
+  return 0;
+}
+
 static int mode_nothread(void) {
   mt_warm_up();
   size_t base = mt_rss("baseline");
@@ -137,5 +177,6 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "fork") == 0) return mode_fork();
   if (strcmp(mode, "exit") == 0) mode_exit();
   if (strcmp(mode, "nothread") == 0) return mode_nothread();
+  if (strcmp(mode, "busy") == 0) return mode_busy();
   mt_fail("unknown mode %s", mode);
 }
