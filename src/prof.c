@@ -193,7 +193,7 @@ void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
     p = prof_record_small(c, n, scale, frames, depth);
     if (p != NULL && zero) memset(p, 0, n);
   } else {
-    p = large_alloc(n, align, zero);
+    p = large_alloc(n, align, zero ? LARGE_ZERO : 0);
     if (p != NULL) prof_record_big(p, n, scale, frames, depth);
   }
   prof_busy = false;
@@ -201,13 +201,13 @@ void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
   return p;
 }
 
-void *prof_large_alloc(size_t n, size_t align, bool zero) {
+void *prof_large_alloc(size_t n, size_t align, unsigned flags) {
   hak_heap_t *h = hak_tls_heap;
   if (h != &hak_heap_empty && hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
-    void *p = prof_sample(h, n, align, zero);
+    void *p = prof_sample(h, n, align, flags & LARGE_ZERO);
     if (p != NULL) return p;
   }
-  return large_alloc(n, align, zero);
+  return large_alloc(n, align, flags);
 }
 
 /* ---- start, stop, exit, fork ------------------------------------------------------- */

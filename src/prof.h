@@ -79,7 +79,7 @@ extern _Atomic bool prof_on; /* sampling now */
  * malloc's 16; zeroed if zero): resets it and returns the sampled block, or NULL. */
 void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero);
 /* large_alloc, counted and sampled like any other allocation. */
-void *prof_large_alloc(size_t n, size_t align, bool zero);
+void *prof_large_alloc(size_t n, size_t align, unsigned flags); /* LARGE_ZERO... */
 void prof_init(void); /* from the constructor: HAKMEM_PROF */
 void prof_exit(void); /* from the destructor: the exit profile and the leak report */
 
