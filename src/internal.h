@@ -40,6 +40,9 @@ uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
 bool os_thread_asleep(int tid, uint64_t *mark); /* asleep in the kernel; mark: its CPU time */
 int os_thread_id(void);
+/* pthread_atfork without libc_nonshared's stub, which the link puts after the cold code
+ * (CMakeLists.txt: the link order). */
+int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 /* Every os_purge: the madvise(MADV_DONTNEED) calls and the bytes they covered (relaxed). */
 extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 
