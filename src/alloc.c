@@ -58,7 +58,7 @@ HAK_CHECKED_ENTRY(void *, hak_calloc, (size_t count, size_t size)) {
     errno = ENOMEM;
     return NULL;
   }
-  return prof_large_alloc(total, 0, true); /* fresh or purged memory is not cleared again */
+  return prof_large_alloc(total, 0, LARGE_ZERO); /* fresh or purged memory is not cleared again */
 }
 
 /* Keep the block when the new size still uses at least half of it. */
@@ -102,7 +102,7 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
     }
     if (n > REALLOC_SPAN_MIN) {
       if (n > usable && n <= LARGE_MAX) {
-        void *q = prof_large_alloc(n, 0, false);
+        void *q = prof_large_alloc(n, 0, LARGE_GROWING);
         if (q == NULL) return NULL;
         memcpy(q, p, usable);
         fast_free(p);

@@ -475,7 +475,7 @@ __attribute__((constructor)) static void checkers_announce(void) {
   switch (checker_at_load()) {
 #if HAKMEM_VALGRIND
   case CHECKER_MEMCHECK:
-    pthread_atfork(vg_lock_prepare, vg_lock_release, vg_lock_release);
+    os_atfork(vg_lock_prepare, vg_lock_release, vg_lock_release);
     note("hakmem: under valgrind's memcheck: malloc and new are memcheck's, ",
          "and the blocks of the hak_ functions are reported to it", "\n");
     break;

@@ -294,7 +294,7 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
   }
   heap_alloc_deferred(h); /* a refill or a large block */
   if (n <= MID_MAX) return heap_alloc_class(h, size_to_class(n));
-  void *p = large_alloc(n, 0, false);
+  void *p = large_alloc(n, 0, 0);
   purge_thread_poke();
   return p;
 }

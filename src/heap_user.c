@@ -311,7 +311,7 @@ void heap_user_destroy(hak_heap_t *u) {
   pthread_mutex_lock(&u->lock);
   /* Big blocks: huge ones freed here; large ones taken off the list (a free racing
    * with this finds it empty), then freed below, where the loser of a race says so. */
-  huge_heap_drop_all(u, true);
+  if (u->huge != NULL) huge_heap_drop_all(u, true); /* huge.c is cold code: not called idly */
   for (hak_slab_t *s; (s = u->large.head) != NULL;) {
     queue_remove(&u->large, s);
     __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED);
@@ -370,7 +370,7 @@ void heap_user_release(hak_heap_t *u) {
     queue_remove(&u->large, s);
     __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED);
   }
-  huge_heap_drop_all(u, false);
+  if (u->huge != NULL) huge_heap_drop_all(u, false);
   pthread_mutex_unlock(&home->lock);
   for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &hak_slab_empty;
   pthread_mutex_unlock(&u->lock);

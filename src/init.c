@@ -19,7 +19,7 @@ static void thread_exit(void *arg) {
   heap_user_thread_exit(h); /* its user heaps go into its heap first */
   if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
   heap_abandon(h);
-  prof_unwind_thread_exit();
+  if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_unwind_thread_exit();
 }
 
 /* The locks, in their order; the forking thread's own heap lock too, which the purge
@@ -74,7 +74,7 @@ void hak_process_init(void) {
   if (HAKMEM_SECURE) secure_init();
   /* Both calls may allocate; they find the core ready and this thread's heap made. */
   if (pthread_key_create(&hak_thread_key, thread_exit) == 0) hak_key_ready = true;
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  os_atfork(fork_prepare, fork_parent, fork_child);
   atomic_store_explicit(&hak_init_state, 2, memory_order_release);
 }
 
@@ -84,10 +84,15 @@ __attribute__((constructor)) static void hak_constructor(void) {
   if (hak_key_ready) pthread_setspecific(hak_thread_key, hak_tls_heap);
   /* Loaded by the main thread (preloaded, or linked): see heap_mark_main. */
   if (syscall(SYS_gettid) == syscall(SYS_getpid)) heap_mark_main(hak_tls_heap);
-  prof_init(); /* HAKMEM_PROF: after the thread's heap and the fork handlers */
+  if (hak_opt.prof) prof_init(); /* after the thread's heap and the fork handlers */
 }
 
+/* The shared library's DT_FINI (CMakeLists.txt: -fini), in the hot code. */
+void hak_fini(void);
+void hak_fini(void) {}
+
 __attribute__((destructor)) static void hak_destructor(void) {
-  prof_exit(); /* the exit profile and leak report, before the statistics */
+  /* The exit profile and leak report, before the statistics. */
+  if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_exit();
   if (hak_opt.stats) stats_print(stderr);
 }

@@ -40,6 +40,9 @@ uint64_t os_now_ms(void);
 struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
 bool os_thread_asleep(int tid, uint64_t *mark); /* asleep in the kernel; mark: its CPU time */
 int os_thread_id(void);
+/* pthread_atfork without libc_nonshared's stub, which the link puts after the cold code
+ * (CMakeLists.txt: the link order). */
+int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 /* Every os_purge: the madvise(MADV_DONTNEED) calls and the bytes they covered (relaxed). */
 extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 
@@ -413,7 +416,10 @@ void *huge_realloc(void *p, size_t n);
  * block behind in each class it passes, and each class would keep its own. So a large
  * block's usable size can exceed its size by up to a unit from this size on. */
 #define REALLOC_SPAN_MIN ((size_t)8 * 1024)
-void *large_alloc(size_t n, size_t align, bool zero);
+#define LARGE_ZERO 1u    /* large_alloc flags: the block must read as zero */
+#define LARGE_GROWING 2u /* realloc moves a growing block here: a cached span up to twice
+                          * the size will do, as it will soon be needed */
+void *large_alloc(size_t n, size_t align, unsigned flags);
 void large_free(hak_slab_t *s, void *p);
 size_t large_usable(const hak_slab_t *s, const void *p);
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */

@@ -58,7 +58,8 @@ static void arm_tail(hak_slab_t *s, size_t n) {
   if (HAKMEM_SECURE) guard_set(tail_guard(s->start, n), os_page_size(), true);
 }
 
-void *large_alloc(size_t n, size_t align, bool zero) {
+void *large_alloc(size_t n, size_t align, unsigned flags) {
+  bool zero = flags & LARGE_ZERO;
   if (align < LARGE_HEAD) align = LARGE_HEAD;
   /* The heap malloc allocates from: a user heap keeps its big blocks on lists. */
   hak_heap_t *h = hak_tls_alloc;
@@ -69,11 +70,12 @@ void *large_alloc(size_t n, size_t align, bool zero) {
     return p;
   }
   size_t units = units_for(n, align);
-  /* A cached span up to a quarter bigger is as good as a new one. */
+  /* A cached span up to a quarter bigger is as good as a new one; a growing block will
+   * fill one twice as big (its written pages are resident anyway while cached). */
   hak_slab_t *s = NULL;
   if (h != &hak_heap_empty) { /* the purge thread may flush the cache of an idle heap */
     pthread_mutex_lock(&h->lock);
-    s = span_cache_take(h, units, units + units / 4);
+    s = span_cache_take(h, units, flags & LARGE_GROWING ? 2 * units : units + units / 4);
     pthread_mutex_unlock(&h->lock);
   }
   size_t counted = s != NULL ? 0 : units * UNIT_SIZE; /* new to the heap */
@@ -173,7 +175,8 @@ size_t large_usable(const hak_slab_t *s, const void *p) {
 }
 
 /* Resize without moving (default build): shrink by giving back tail units, grow over
- * free neighbours. The tail canary moves with the end. */
+ * free neighbours. A block that grows keeps the units it has beyond its need (a span
+ * taken bigger for growth, LARGE_GROWING). The tail canary moves with the end. */
 void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
   if (HAKMEM_SECURE) return NULL; /* a moved block is zeroed and quarantined */
   uintptr_t base = slab_base(s), a = (uintptr_t)p;
@@ -182,6 +185,7 @@ void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
   if (n > LARGE_MAX || units > REGION_MAX_SPAN_UNITS) return NULL;
   if (!canary_intact(a + s->aux)) hak_fatal_at("heap overflow detected", p);
   size_t old_bytes = (size_t)s->units * UNIT_SIZE;
+  if (units < s->units && n > s->aux) units = s->units;
   if (units != s->units) {
     uint64_t now = os_now_ms();
     pthread_mutex_lock(&region_lock);

@@ -180,3 +180,17 @@ struct timespec os_monotonic_after(long ns) {
   t.tv_nsec %= 1000000000L;
   return t;
 }
+
+#if defined(__GLIBC__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+/* What glibc's pthread_atfork does, called directly: the handlers go when the object
+ * that registered them is unloaded (never for libhakmem.so, linked -z nodelete). */
+extern int __register_atfork(void (*)(void), void (*)(void), void (*)(void), void *);
+extern void *__dso_handle;
+int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  return __register_atfork(prepare, parent, child, __dso_handle);
+}
+#else
+int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  return pthread_atfork(prepare, parent, child);
+}
+#endif

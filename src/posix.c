@@ -70,7 +70,7 @@ static hak_noinline void *aligned_alloc_slow(size_t align, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  return large_alloc(n, align, false); /* counted above */
+  return large_alloc(n, align, 0); /* counted above */
 }
 
 /* posix_memalign leaves errno alone; only the slow path can touch it. */

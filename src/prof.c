@@ -30,9 +30,9 @@
 #define PROF_DEFAULT_PREFIX "hakmem-prof"
 
 _Atomic bool prof_on;
-static long prof_rate = 512 * 1024;
+static long prof_rate; /* 0: HAKMEM_PROF_RATE's, taken at the first start */
 static uint64_t start_ns, peak_mark;
-static bool ever_on;
+_Atomic bool prof_ever_on;
 static _Atomic bool peak_writing, write_warned;
 static _Atomic unsigned dump_seq;
 
@@ -165,11 +165,7 @@ static void peak_check(void) {
 }
 
 /* ---- sampling ---------------------------------------------------------------------- */
-void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
-  if (HAKMEM_SECURE || !atomic_load_explicit(&prof_on, memory_order_relaxed)) {
-    h->prof_left = INT64_MAX;
-    return NULL;
-  }
+void *prof_sample_on(hak_heap_t *h, size_t n, size_t align, bool zero) {
   if (prof_rate > 1 && h->prof_left + (int64_t)n == 0) {
     /* A countdown not started (a new heap, or profiling just started): starting it at 0
      * would sample every heap's first allocation. Draw it, and count this one. */
@@ -193,21 +189,12 @@ void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
     p = prof_record_small(c, n, scale, frames, depth);
     if (p != NULL && zero) memset(p, 0, n);
   } else {
-    p = large_alloc(n, align, zero);
+    p = large_alloc(n, align, zero ? LARGE_ZERO : 0);
     if (p != NULL) prof_record_big(p, n, scale, frames, depth);
   }
   prof_busy = false;
   if (p != NULL) peak_check();
   return p;
-}
-
-void *prof_large_alloc(size_t n, size_t align, bool zero) {
-  hak_heap_t *h = hak_tls_heap;
-  if (h != &hak_heap_empty && hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
-    void *p = prof_sample(h, n, align, zero);
-    if (p != NULL) return p;
-  }
-  return large_alloc(n, align, zero);
 }
 
 /* ---- start, stop, exit, fork ------------------------------------------------------- */
@@ -236,13 +223,14 @@ hak_export int hak_prof_start(size_t rate) {
   if (HAKMEM_SECURE) return ENOTSUP;
   heap_get(); /* the process set-up, and this thread's heap */
   if (!prof_tables_init()) return ENOMEM;
-  if (!ever_on) {
-    ever_on = true;
+  if (!atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) {
+    atomic_store_explicit(&prof_ever_on, true, memory_order_relaxed);
     start_ns = now_ns();
     prof_unwind_init();
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    os_atfork(atfork_prepare, atfork_parent, atfork_child);
   }
   if (rate > 0) prof_rate = rate > (size_t)LONG_MAX ? LONG_MAX : (long)rate;
+  if (prof_rate == 0) prof_rate = (long)hak_opt.prof_rate;
   atomic_store(&prof_on, true);
   restart_heaps();
   return 0;
@@ -251,7 +239,6 @@ hak_export int hak_prof_start(size_t rate) {
 hak_export void hak_prof_stop(void) { atomic_store(&prof_on, false); }
 
 void prof_init(void) {
-  if (hak_opt.prof_rate > 0) prof_rate = hak_opt.prof_rate;
   if (!hak_opt.prof) return;
   int rc = hak_prof_start(0);
   if (rc != 0) {
@@ -262,7 +249,6 @@ void prof_init(void) {
 }
 
 void prof_exit(void) {
-  if (!ever_on) return;
   write_auto("");
   if (hak_opt.prof_leaks) {
     bool busy = prof_busy;
@@ -289,7 +275,7 @@ hak_export int hak_prof_dump(const char *path) {
 hak_export void hak_prof_get_info(hak_prof_info_t *info) {
   pthread_mutex_lock(&prof_lock);
   info->active = atomic_load(&prof_on);
-  info->rate = (size_t)prof_rate;
+  info->rate = (size_t)(prof_rate != 0 ? prof_rate : hak_opt.prof_rate);
   info->samples = prof_counts.samples;
   info->stacks = prof_counts.stacks_used;
   info->live_samples = prof_counts.live_used;

@@ -74,13 +74,30 @@ hak_inline void prof_free_large(void *p) {
 }
 
 /* ---- prof.c ------------------------------------------------------------------- */
-extern _Atomic bool prof_on; /* sampling now */
+extern _Atomic bool prof_on;      /* sampling now */
+extern _Atomic bool prof_ever_on; /* started once: exit and thread exit have work */
+void *prof_sample_on(hak_heap_t *h, size_t n, size_t align, bool zero);
 /* Heap h's prof_left went negative on an allocation of n bytes (aligned to align, 0 for
- * malloc's 16; zeroed if zero): resets it and returns the sampled block, or NULL. */
-void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero);
+ * malloc's 16; zeroed if zero): resets it and returns the sampled block, or NULL.
+ * Inline, as is the next, so that a program not profiling never runs prof.c's code,
+ * which the link puts with the cold code (CMakeLists.txt). */
+hak_inline void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
+  if (HAKMEM_SECURE || !atomic_load_explicit(&prof_on, memory_order_relaxed)) {
+    h->prof_left = INT64_MAX;
+    return NULL;
+  }
+  return prof_sample_on(h, n, align, zero);
+}
 /* large_alloc, counted and sampled like any other allocation. */
-void *prof_large_alloc(size_t n, size_t align, bool zero);
-void prof_init(void); /* from the constructor: HAKMEM_PROF */
+hak_inline void *prof_large_alloc(size_t n, size_t align, unsigned flags) { /* LARGE_ZERO... */
+  hak_heap_t *h = hak_tls_heap;
+  if (h != &hak_heap_empty && hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
+    void *p = prof_sample(h, n, align, flags & LARGE_ZERO);
+    if (p != NULL) return p;
+  }
+  return large_alloc(n, align, flags);
+}
+void prof_init(void); /* from the constructor, with HAKMEM_PROF=1 */
 void prof_exit(void); /* from the destructor: the exit profile and the leak report */
 
 #pragma GCC visibility pop

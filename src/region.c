@@ -42,7 +42,7 @@ static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
 }
 
 /* The first index >= from whose bit is `value`, or UNITS_PER_REGION. */
-static size_t next_bit(const uint64_t *bits, size_t from, bool value) {
+hak_inline size_t next_bit(const uint64_t *bits, size_t from, bool value) {
   for (size_t w = from >> 6; w < UNITS_PER_REGION / 64; w++) {
     uint64_t word = value ? bits[w] : ~bits[w];
     if (w == from >> 6) word &= ~(uint64_t)0 << (from & 63);
@@ -51,12 +51,21 @@ static size_t next_bit(const uint64_t *bits, size_t from, bool value) {
   return UNITS_PER_REGION;
 }
 
-static size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
+/* Bits set in w, without the C library's __popcountdi2 (no -mpopcnt), which the link
+ * would put after the cold code (CMakeLists.txt: the link order). */
+hak_inline size_t popcount64(uint64_t w) {
+  w -= (w >> 1) & 0x5555555555555555ull;
+  w = (w & 0x3333333333333333ull) + ((w >> 2) & 0x3333333333333333ull);
+  w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (size_t)((w * 0x0101010101010101ull) >> 56);
+}
+
+hak_inline size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
   size_t count = 0;
   for (size_t i = from; i < from + n;) {
     size_t w = i >> 6, lo = i & 63, take = 64 - lo < from + n - i ? 64 - lo : from + n - i;
     uint64_t mask = take == 64 ? ~(uint64_t)0 : (((uint64_t)1 << take) - 1) << lo;
-    count += (size_t)__builtin_popcountll(bits[w] & mask);
+    count += popcount64(bits[w] & mask);
     i += take;
   }
   return count;

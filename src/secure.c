@@ -450,7 +450,7 @@ static void *secure_large(size_t n, bool zero) {
     errno = ENOMEM;
     return NULL;
   }
-  return large_alloc(n, 0, zero);
+  return large_alloc(n, 0, zero ? LARGE_ZERO : 0);
 }
 
 void *secure_calloc(size_t n) {
