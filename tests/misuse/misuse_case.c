@@ -135,10 +135,13 @@ static void churn(size_t size) {
   }
 }
 
-/* Writes `len` bytes at `p`, past what the compiler can check. */
+/* Changes the `len` bytes at `p`, past what the compiler can check: each is flipped by
+ * 0x5a, so that a zeroed byte becomes 0x5a and no byte keeps its value (writing a plain
+ * 0x5a left a free-list link whose byte was already 0x5a, one address layout in 256,
+ * unchanged: a misuse that did not happen). */
 static void scribble(char *p, size_t len) {
   volatile char *v = tu_hide(p);
-  for (size_t i = 0; i < len; i++) v[i] = 0x5a;
+  for (size_t i = 0; i < len; i++) v[i] = (char)(v[i] ^ 0x5a);
 }
 
 /* ---- double free ------------------------------------------------------------------- */
@@ -205,7 +208,7 @@ static char global_array[256] __attribute__((aligned(64)));
 /* Runs misuse(p) on a live 64-byte stack buffer p. */
 static void on_stack_buffer(void (*misuse)(void *p)) {
   char buf[64] __attribute__((aligned(16)));
-  scribble(buf, sizeof buf);
+  memset(tu_hide(buf), 0x5a, sizeof buf);
   misuse_announce(buf);
   misuse(tu_hide(buf));
 }
@@ -388,7 +391,7 @@ static void underflow_1m(size_t size) {
   char *p = xmalloc(size);
   misuse_announce(p);
   volatile char *v = tu_hide(p);
-  for (size_t i = 1; i <= MIB; i++) v[-(ptrdiff_t)i] = 0x5a; /* downwards, as it runs */
+  for (size_t i = 1; i <= MIB; i++) v[-(ptrdiff_t)i] ^= 0x5a; /* downwards, as it runs */
   free(p);
 }
 
