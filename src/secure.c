@@ -57,97 +57,8 @@ static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); 
  * word rotated by a mod 8 bytes, one of eight made at start-up). */
 static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
 
-/* ---- per-byte work ------------------------------------------------------------- */
-/* Canary fills and checks and the zero check are written once, over 32-byte vectors, and
- * compiled twice: for baseline x86-64 (GCC splits each vector into two SSE2 halves) and
- * for AVX2. secure_init picks one; a flag in a plain branch, not a writable code
- * pointer, selects it. Gaps of up to 32 bytes, the common case, stay inline. */
-typedef uint64_t hak_v4 __attribute__((vector_size(32)));
-
-hak_inline void v_load(hak_v4 *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
-hak_inline void v_store(uintptr_t a, const hak_v4 *v) { memcpy((void *)a, v, 32); }
-hak_inline bool v_zero(const hak_v4 *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
-
-/* [from, to) with `to` 8-aligned and at least 8 bytes (SECURE_TAIL sees to that): whole
- * words or vectors from `from`, the last one overlapping and ending at `to`, where the
- * canary word is canary_w itself. */
-hak_inline void canary_fill_short(uintptr_t from, uintptr_t to) { /* to - from <= 32 */
-  uint64_t w = canary_at(from);
-  size_t len = to - from;
-  if (len > 8) store64(from, w);
-  if (len > 16) store64(from + 8, w);
-  if (len > 24) store64(from + 16, w);
-  store64(to - 8, canary_w);
-}
-hak_inline bool canary_intact_short(uintptr_t from, uintptr_t to) {
-  uint64_t w = canary_at(from), diff = load64(to - 8) ^ canary_w;
-  size_t len = to - from;
-  if (len > 8) diff |= load64(from) ^ w;
-  if (len > 16) diff |= load64(from + 8) ^ w;
-  if (len > 24) diff |= load64(from + 16) ^ w;
-  return diff == 0;
-}
-hak_inline void canary_fill_body(uintptr_t from, uintptr_t to) {
-  if (to - from <= 32) {
-    canary_fill_short(from, to);
-    return;
-  }
-  uint64_t w = canary_at(from);
-  hak_v4 v = {w, w, w, w}, last = {canary_w, canary_w, canary_w, canary_w};
-  for (uintptr_t a = from; a + 32 < to; a += 32) v_store(a, &v);
-  v_store(to - 32, &last);
-}
-hak_inline bool canary_intact_body(uintptr_t from, uintptr_t to) {
-  if (to - from <= 32) return canary_intact_short(from, to);
-  uint64_t w = canary_at(from);
-  hak_v4 v = {w, w, w, w}, diff, x;
-  v_load(&diff, to - 32);
-  diff ^= (hak_v4){canary_w, canary_w, canary_w, canary_w};
-  for (uintptr_t a = from; a + 32 < to; a += 32) {
-    v_load(&x, a);
-    diff |= x ^ v;
-  }
-  return v_zero(&diff);
-}
-
-/* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
-hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
-  size_t len = to - from;
-  if (len < 8) {
-    uint64_t acc = 0;
-    for (; from < to; from++) acc |= *(const uint8_t *)from;
-    return acc == 0;
-  }
-  if (len < 32) {
-    uint64_t acc = load64(from) | load64(to - 8);
-    if (len > 16) acc |= load64(from + 8) | load64(to - 16);
-    return acc == 0;
-  }
-  hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
-  v_load(&a0, to - 32);
-  for (; from + 128 <= to; from += 128) { /* four vectors a step */
-    hak_v4 u, v;
-    v_load(&x, from);
-    v_load(&y, from + 32);
-    v_load(&u, from + 64);
-    v_load(&v, from + 96);
-    a0 |= x | u;
-    a1 |= y | v;
-  }
-  if (from + 64 <= to) {
-    v_load(&x, from);
-    v_load(&y, from + 32);
-    a0 |= x;
-    a1 |= y;
-    from += 64;
-  }
-  if (from + 32 <= to) {
-    v_load(&x, from);
-    a0 |= x;
-  }
-  a0 |= a1;
-  return v_zero(&a0);
-}
+/* ---- per-byte work: secure_bytes.h ------------------------------------------- */
+#include "secure_bytes.h"
 
 /* Is the block at a, S bytes of which n were asked for, as free() left it: zero up to
  * max(n, 16) but for its free tag (and, once released, its link), canaries after? */
@@ -276,7 +187,7 @@ static inline bool canary_or_zero(uint64_t w, uint64_t c) {
  * first canary word intact (and block 0 the guard word below it): an overrun of that
  * block by one byte, or of ours below our start, shows there. Only in our own slabs:
  * no other thread arms their blocks. */
-static inline void check_below(uintptr_t a, const hak_slab_t *s) {
+hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
   size_t S = s->block_size;
   const uintptr_t *w = (const uintptr_t *)(a - 8);
   if (a == s->start) {
@@ -317,6 +228,21 @@ static inline void check_below(uintptr_t a, const hak_slab_t *s) {
   bool now_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
   if (now_free != is_free || secure_size_decode(w) != n0) return;
   hak_fatal_at("heap overflow detected", (void *)b);
+}
+
+/* The common cases inline, for a block below other than block 0: never handed out (size
+ * word 0), or of 16 bytes or more with its first canary word intact, free or not (free
+ * leaves [n, S - 8) as it was). Anything else, check_below_full judges. */
+static inline void check_below(uintptr_t a, const hak_slab_t *s) {
+#if !defined(__SANITIZE_THREAD__)
+  size_t S = s->block_size;
+  uintptr_t b = a - S;
+  size_t n = secure_size_decode((const uintptr_t *)(a - 8));
+  if (hak_likely(b > s->start) &&
+      (n == 0 || (n >= 16 && n <= S - SECURE_TAIL && load64(b + n) == canary_at(b + n))))
+    return;
+#endif
+  check_below_full(a, s);
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
