@@ -15,7 +15,7 @@
 enum figure {
   F_IN_USE, F_PEAK, F_MAPPED, F_COMMITTED, F_RELEASED,
   F_SMALL_BLOCKS, F_SMALL_BYTES, F_SMALL_SLABS, F_MID_BLOCKS, F_MID_BYTES, F_MID_SLABS,
-  F_LARGE_BYTES, F_LARGE_ALLOCS, F_HUGE_BYTES, F_HUGE_ALLOCS,
+  F_LARGE_BYTES, F_LARGE_ALLOCS, F_LARGE_PREFAULTED, F_HUGE_BYTES, F_HUGE_ALLOCS,
   F_CLASS_SIZE, F_CLASS_BLOCKS, F_CLASS_SLABS, F_CLASS_BYTES,
   F_REMOTE_PUSHES, F_REMOTE_BLOCKS,
   F_PURGE_PASSES, F_PURGE_BUDGET, F_MADVISE_CALLS, F_MADVISE_BYTES, F_PURGED, F_UNMAPPED,
@@ -78,6 +78,9 @@ static const ctl_entry_t table[] = {
       U, X, RO}, F_LARGE_BYTES, W_NONE},
     {{"tier.large.allocs", "blocks",
       "large blocks allocated so far", U, X, RO}, F_LARGE_ALLOCS, W_NONE},
+    {{"tier.large.prefaulted_bytes", "bytes",
+      "bytes of large blocks faulted in at malloc, in one call, for a program seen to write them whole",
+      U, X, RO}, F_LARGE_PREFAULTED, W_NONE},
     {{"tier.huge.mapped_bytes", "bytes",
       "bytes of the mappings of live huge blocks (over 32 MiB)", U, X, RO}, F_HUGE_BYTES, W_NONE},
     {{"tier.huge.allocs", "blocks",
@@ -287,6 +290,7 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_MID_SLABS: return tier_sum(w, TINY_CLASSES, NUM_CLASSES).slabs;
   case F_LARGE_BYTES: return relaxed_size(&g->large_in_use);
   case F_LARGE_ALLOCS: return relaxed(&g->large_allocs);
+  case F_LARGE_PREFAULTED: return relaxed(&g->large_prefaulted);
   case F_HUGE_BYTES: return relaxed_size(&g->huge_mapped);
   case F_HUGE_ALLOCS: return relaxed(&g->huge_allocs);
   case F_CLASS_SIZE: return class_size[cls];

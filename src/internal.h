@@ -30,6 +30,11 @@ void *os_map_block(size_t size, size_t align, size_t offset);
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size);             /* give pages back; they read as zero */
 void os_set_huge_pages(void *p, size_t size, bool enable);
+/* Faults the pages in, writable, in one call (MADV_POPULATE_WRITE): the same pages, the
+ * same minor faults as a program writing them, without a trap each. False if it failed
+ * (a kernel without it: never asked again). */
+bool os_populate(void *p, size_t size);
+bool os_page_resident(const void *p); /* mincore of the page holding p */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL if it cannot */
 bool os_protect(void *p, size_t size, bool accessible);
 /* Address space that reads as zero and costs no commit charge until made writable. */
@@ -115,6 +120,7 @@ typedef struct hak_global_stats {
   _Atomic size_t large_in_use;
   _Atomic size_t huge_mapped;    /* bytes of live huge mappings */
   _Atomic uint64_t large_allocs, huge_allocs;
+  _Atomic size_t large_prefaulted; /* bytes of large blocks faulted in at malloc (large.c) */
   _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
       slabs_adopted, slabs_reclaimed_idle;
   _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */

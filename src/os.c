@@ -84,6 +84,28 @@ void os_purge(void *p, size_t size) {
   atomic_fetch_add_explicit(&os_purge_bytes, size, memory_order_relaxed);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+static _Atomic bool populate_missing; /* the kernel refused it once: never asked again */
+
+bool os_populate(void *p, size_t size) {
+  if (atomic_load_explicit(&populate_missing, memory_order_relaxed)) return false;
+  int saved = errno;
+  int rc = madvise(p, size, MADV_POPULATE_WRITE);
+  if (rc != 0 && errno == EINVAL) atomic_store_explicit(&populate_missing, true, memory_order_relaxed);
+  errno = saved;
+  return rc == 0;
+}
+
+bool os_page_resident(const void *p) {
+  unsigned char v = 0;
+  int saved = errno;
+  int rc = mincore((void *)((uintptr_t)p & ~(os_page_size() - 1)), 1, &v);
+  errno = saved;
+  return rc == 0 && (v & 1);
+}
+
 void os_set_huge_pages(void *p, size_t size, bool enable) {
   int saved = errno;
   madvise(p, size, enable ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);

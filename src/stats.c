@@ -147,9 +147,10 @@ void stats_print(FILE *f) {
     out(f, "  %-8u %10u %12llu %10llu %12llu\n", c, class_size[c], (unsigned long long)t.w.live[c],
         (unsigned long long)t.w.slabs[c], (unsigned long long)(t.w.live[c] * class_size[c]));
   }
-  out(f, "  tiers: small+mid %.2f MiB live, large %.2f MiB live (%llu allocated in all), huge %.2f MiB mapped (%llu in all)\n",
+  out(f, "  tiers: small+mid %.2f MiB live, large %.2f MiB live (%llu allocated in all, %.2f MiB prefaulted), huge %.2f MiB mapped (%llu in all)\n",
       mib(t.small_in_use), mib(t.large_in_use),
-      (unsigned long long)atomic_load(&hak_gstats.large_allocs), mib(t.huge_mapped),
+      (unsigned long long)atomic_load(&hak_gstats.large_allocs),
+      mib(atomic_load(&hak_gstats.large_prefaulted)), mib(t.huge_mapped),
       (unsigned long long)atomic_load(&hak_gstats.huge_allocs));
   out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB (%.2f purged, %.2f unmapped)\n",
       mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released),
