@@ -143,8 +143,7 @@ static hak_region_t *region_create(void) {
   }
   os_set_huge_pages(r, REGION_SIZE, hak_opt.thp);
   r->magic = REGION_MAGIC;
-  r->free_units = REGION_MAX_SPAN_UNITS;
-  r->dirty_free_units = 0;
+  r->free_units = REGION_MAX_SPAN_UNITS; /* the rest reads as zero: a fresh mapping */
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
   r->free_bits[0] &= ~(((uint64_t)1 << REGION_HEADER_UNITS) - 1); /* the header */
   if (HAKMEM_SECURE) { /* the last unit guards the next region */
