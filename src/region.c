@@ -18,8 +18,16 @@ _Static_assert(UNIT_SIZE / 16 + 1 < UINT16_MAX, "a slab's `used` (and its pin) m
 _Static_assert(offsetof(hak_slab_t, free) == 64, "the owner's free lists must not share the line other threads read");
 
 /* One byte per possible region in the address space: 2 MiB of zero-filled .bss whose
- * pages only become resident where regions exist. A pointer's region kind is one load. */
-uint8_t region_map[REGION_MAP_ENTRIES];
+ * pages only become resident where regions exist. A pointer's region kind is one load.
+ * On x86-64 in .lbss, which the linker puts after all of .bss: in the middle, it would
+ * split the library's other statics, and the pages of both parts would be resident.
+ * (GCC knows .lbss for zero-filled there; elsewhere it would be 2 MiB of file.) */
+#if defined(__x86_64__) && !defined(__clang__)
+#define REGION_MAP_SECTION __attribute__((section(".lbss")))
+#else
+#define REGION_MAP_SECTION
+#endif
+uint8_t region_map[REGION_MAP_ENTRIES] REGION_MAP_SECTION;
 
 /* Units that no span covers (and the header unit) map to this descriptor: its owner
  * matches no heap and its magic rejects every offset, so a free there is reported. */
