@@ -216,6 +216,31 @@ static void slab_reset(hak_slab_t *s) {
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed); /* frees of gone blocks */
 }
 
+/* Queues s among a class's kept slabs, those that have written the most pages first:
+ * the next heap fills the first slab of a class before it takes the next, so it
+ * carves again where pages are resident already, and the pages the slabs hold stay
+ * those of the class's highest count of live blocks. In the order they came, a slab
+ * that had filled first (and gone to the full list) would come last, and each slab
+ * would in time write as many pages as the first. */
+static void spare_queue(hak_slab_queue_t *q, hak_slab_t *s) {
+  hak_slab_t *after = q->tail;
+  if (after == NULL || after->touched >= s->touched) { /* most classes: one slab */
+    queue_push_back(q, s);
+    return;
+  }
+  while (after != NULL && after->touched < s->touched) after = after->prev;
+  if (after == NULL) {
+    queue_push_front(q, s);
+    return;
+  }
+  s->prev = after;
+  s->next = after->next;
+  if (after->next) after->next->prev = s;
+  else q->tail = s;
+  after->next = s;
+  q->count++;
+}
+
 /* Keeps destroyed heap u, which no reference holds, as home's spare. */
 static bool spare_keep(hak_heap_t *home, hak_heap_t *u) {
   if (HAKMEM_SECURE || hak_opt.purge_delay_ms == 0) return false;
@@ -235,7 +260,7 @@ static bool spare_keep(hak_heap_t *home, hak_heap_t *u) {
         if (kept + s->units <= SPARE_MAX_UNITS) {
           kept += s->units;
           slab_reset(s);
-          queue_push_back(&keep, s);
+          spare_queue(&keep, s);
         } else {
           gone += s->units;
           span_free(s, now);

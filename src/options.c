@@ -95,7 +95,22 @@ static void warn_unknown_names(void) {
   }
 }
 
+/* Does the environment hold a HAKMEM_ name that counts here? Compared a letter at a
+ * time, against immediates: a program without options reads none of the names above,
+ * and so no page of the library's read-only data (see CMakeLists.txt). */
+static bool any_option(void) {
+  if (getauxval(AT_SECURE)) return false; /* every HAKMEM_ name is ignored there */
+  for (char **e = environ; e != NULL && *e != NULL; e++) {
+    const char *v = *e;
+    if (v[0] == 'H' && v[1] == 'A' && v[2] == 'K' && v[3] == 'M' && v[4] == 'E' && v[5] == 'M' &&
+        v[6] == '_')
+      return true;
+  }
+  return false;
+}
+
 void options_init(void) {
+  if (!any_option()) return;
   int saved_errno = errno; /* start-up must not leave errno changed for the caller */
   warn_unknown_names();
   long x;

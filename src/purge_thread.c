@@ -93,7 +93,8 @@ static size_t purge_thread_pass(uint64_t now) {
 
 static void *purge_thread_main(void *arg) {
   (void)arg;
-  pthread_setname_np(pthread_self(), "hakmem-purge");
+  char name[] = "hakmem-purge"; /* built from immediates: no read of the read-only data */
+  pthread_setname_np(pthread_self(), name);
   /* Half a period while it finds work: memory that other threads' frees emptied in an
    * idle heap is taken back within half a period, and purged a delay later. */
   uint64_t period = purge_period_ms() / 2, sleep_ms = period;

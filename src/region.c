@@ -18,8 +18,16 @@ _Static_assert(UNIT_SIZE / 16 + 1 < UINT16_MAX, "a slab's `used` (and its pin) m
 _Static_assert(offsetof(hak_slab_t, free) == 64, "the owner's free lists must not share the line other threads read");
 
 /* One byte per possible region in the address space: 2 MiB of zero-filled .bss whose
- * pages only become resident where regions exist. A pointer's region kind is one load. */
-uint8_t region_map[REGION_MAP_ENTRIES];
+ * pages only become resident where regions exist. A pointer's region kind is one load.
+ * On x86-64 in .lbss, which the linker puts after all of .bss: in the middle, it would
+ * split the library's other statics, and the pages of both parts would be resident.
+ * (GCC knows .lbss for zero-filled there; elsewhere it would be 2 MiB of file.) */
+#if defined(__x86_64__) && !defined(__clang__)
+#define REGION_MAP_SECTION __attribute__((section(".lbss")))
+#else
+#define REGION_MAP_SECTION
+#endif
+uint8_t region_map[REGION_MAP_ENTRIES] REGION_MAP_SECTION;
 
 /* Units that no span covers (and the header unit) map to this descriptor: its owner
  * matches no heap and its magic rejects every offset, so a free there is reported. */
@@ -143,8 +151,7 @@ static hak_region_t *region_create(void) {
   }
   os_set_huge_pages(r, REGION_SIZE, hak_opt.thp);
   r->magic = REGION_MAGIC;
-  r->free_units = REGION_MAX_SPAN_UNITS;
-  r->dirty_free_units = 0;
+  r->free_units = REGION_MAX_SPAN_UNITS; /* the rest reads as zero: a fresh mapping */
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
   r->free_bits[0] &= ~(((uint64_t)1 << REGION_HEADER_UNITS) - 1); /* the header */
   if (HAKMEM_SECURE) { /* the last unit guards the next region */
