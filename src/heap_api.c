@@ -193,7 +193,7 @@ hak_export void hak_heap_stats(hak_heap_t *h, hak_heap_stats_t *st) {
   hak_heap_t *home = (hak_heap_t *)__atomic_load_n(&h->owner_id, __ATOMIC_RELAXED);
   for (uint32_t i = 0; HAKMEM_SECURE && home != NULL && i < QUARANTINE_SLOTS; i++) {
     hak_block_t *b = __atomic_load_n(&home->quarantine[i], __ATOMIC_RELAXED);
-    hak_slab_t *s = b != NULL ? region_slab_of((uintptr_t)b) : NULL;
+    hak_slab_t *s = b != NULL ? region_slab_of_racy((uintptr_t)b) : NULL; /* compared only */
     if (s != NULL) qd.slab[qd.n++] = s;
   }
   quarantined_sort(&qd);

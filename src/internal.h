@@ -199,6 +199,13 @@ hak_inline hak_region_t *region_of(uintptr_t a) {
 hak_inline hak_slab_t *region_slab_of(uintptr_t a) {
   return region_of(a)->unit_map[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)];
 }
+/* For a reader that holds nothing that keeps a's span (the statistics walkers reading
+ * another thread's quarantine, whose blocks it may release at any time): the unit map is
+ * written under region_lock, so what comes back may be stale, or the free-unit slab. */
+hak_inline hak_slab_t *region_slab_of_racy(uintptr_t a) {
+  return __atomic_load_n(&region_of(a)->unit_map[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)],
+                         __ATOMIC_RELAXED);
+}
 hak_inline unsigned region_map_kind(uintptr_t a) {
   uintptr_t i = a >> REGION_SHIFT;
   if (hak_unlikely(i >= REGION_MAP_ENTRIES)) return MAP_NONE;

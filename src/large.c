@@ -130,7 +130,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   units = s->units;
   uintptr_t base = slab_base(s);
   uintptr_t p = round_up(base + LARGE_GUARD + LARGE_HEAD, align);
-  s->class_idx = LARGE_CLASS;
+  __atomic_store_n(&s->class_idx, LARGE_CLASS, __ATOMIC_RELAXED); /* as slab_init */
   s->start = p;
   s->div_magic = 0;
   s->start_magic = 0;

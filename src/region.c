@@ -244,7 +244,8 @@ hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
   s->units = (uint16_t)units;
   s->unit_idx = (uint16_t)first;
   s->touched = (uint32_t)touched;
-  for (size_t u = first; u < first + units; u++) r->unit_map[u] = s;
+  for (size_t u = first; u < first + units; u++)
+    __atomic_store_n(&r->unit_map[u], s, __ATOMIC_RELAXED); /* region_slab_of_racy */
   slab_map_set(s, first, units, true);
   return s;
 }
@@ -259,7 +260,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
     size_t off = (u - first) * UNIT_SIZE;
     size_t t = touched > off ? touched - off : 0;
     if (t > UNIT_SIZE) t = UNIT_SIZE;
-    r->unit_map[u] = &region_free_unit_slab;
+    __atomic_store_n(&r->unit_map[u], &region_free_unit_slab, __ATOMIC_RELAXED);
     r->freed_ms[u] = (uint32_t)now_ms;
     r->touched_pages[u] = (uint8_t)((t + ((size_t)1 << TOUCH_SHIFT) - 1) >> TOUCH_SHIFT);
     if (t > 0) dirty++;
@@ -458,7 +459,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
       region_dirty_units--;
       r->touched_pages[u] = 0;
     } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
-    r->unit_map[u] = s;
+    __atomic_store_n(&r->unit_map[u], s, __ATOMIC_RELAXED);
   }
   slab_map_set(s, end, want_end - end, true);
   bits_set_range(r->free_bits, end, want_end - end, false);

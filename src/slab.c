@@ -27,7 +27,7 @@ size_t slab_uncarve(hak_slab_t *s) {
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   uint32_t size = class_size[class_idx];
   size_t bytes = (size_t)s->units * UNIT_SIZE;
-  s->class_idx = class_idx;
+  __atomic_store_n(&s->class_idx, class_idx, __ATOMIC_RELAXED); /* stats_walk reads it racily */
   s->block_size = size;
   size_t gap = slab_gap(s->units, size);
   s->start = slab_base(s) + gap;

@@ -59,7 +59,8 @@ void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end) {
       for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
         hak_block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
         if (q == NULL) continue;
-        uint32_t c = region_slab_of((uintptr_t)q)->class_idx;
+        /* Its owner may have released it since: the figure may be stale. */
+        uint32_t c = __atomic_load_n(&region_slab_of_racy((uintptr_t)q)->class_idx, __ATOMIC_RELAXED);
         if (c >= first && c < end) quarantined[c]++;
       }
       pthread_mutex_unlock(&h->lock);
