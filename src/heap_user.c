@@ -223,22 +223,9 @@ static void slab_reset(hak_slab_t *s) {
  * that had filled first (and gone to the full list) would come last, and each slab
  * would in time write as many pages as the first. */
 static void spare_queue(hak_slab_queue_t *q, hak_slab_t *s) {
-  hak_slab_t *after = q->tail;
-  if (after == NULL || after->touched >= s->touched) { /* most classes: one slab */
-    queue_push_back(q, s);
-    return;
-  }
+  hak_slab_t *after = q->tail; /* most classes keep one slab: it goes at the back */
   while (after != NULL && after->touched < s->touched) after = after->prev;
-  if (after == NULL) {
-    queue_push_front(q, s);
-    return;
-  }
-  s->prev = after;
-  s->next = after->next;
-  if (after->next) after->next->prev = s;
-  else q->tail = s;
-  after->next = s;
-  q->count++;
+  queue_insert_after(q, after, s);
 }
 
 /* Keeps destroyed heap u, which no reference holds, as home's spare. */

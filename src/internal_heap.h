@@ -30,6 +30,19 @@ hak_inline void queue_push_back(hak_slab_queue_t *q, hak_slab_t *s) {
   q->tail = s;
   q->count++;
 }
+/* Puts s right after `after`, or at the front when `after` is NULL. */
+hak_inline void queue_insert_after(hak_slab_queue_t *q, hak_slab_t *after, hak_slab_t *s) {
+  if (after == NULL) {
+    queue_push_front(q, s);
+    return;
+  }
+  s->prev = after;
+  s->next = after->next;
+  if (after->next) after->next->prev = s;
+  else q->tail = s;
+  after->next = s;
+  q->count++;
+}
 hak_inline void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
   if (s->prev) s->prev->next = s->next;
   else q->head = s->next;
