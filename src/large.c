@@ -1,6 +1,7 @@
 /* Large blocks (> 128 KiB, up to half a region: 32 MiB): a span of units holding one
- * block, taken from the heap's span cache or from a region, freed back to the cache,
- * resized in place where the neighbouring units allow. Bigger blocks are huge.c's.
+ * block, taken from a region and freed back to it (a growing block of up to 2 units:
+ * from and to the heap's span cache), resized in place where the neighbouring units
+ * allow. Bigger blocks are huge.c's.
  *
  * A large block has 16 canary bytes right before it and right after its last requested
  * byte, which free checks (32 bytes compared on a large block's slow path; no system

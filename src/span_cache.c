@@ -1,8 +1,8 @@
-/* A heap's span cache: the last few spans it freed (emptied slabs, large blocks), kept
- * for its next slab or large block so that steady churn never takes region_lock. The
- * heap's lock covers it (the purge thread flushes idle heaps' caches).
- * Bounded in count and units; spans older than the purge delay go back to their
- * region on deferred work, where purging finds them. */
+/* A heap's span cache: the last few small spans it freed (emptied slabs, growing
+ * blocks; SPAN_CACHE_SPAN_UNITS at most), kept for its next slab or growing block so
+ * that steady churn of them never takes region_lock. The heap's lock covers it (the
+ * purge thread flushes idle heaps' caches). Bounded in count; spans older than the
+ * purge delay go back to their region on deferred work, where purging finds them. */
 #include "internal.h"
 
 /* A span freed here must not pass for a live block: no owner, no valid offset. */
@@ -47,7 +47,7 @@ static void release_to_region(hak_heap_t *h, hak_slab_t **list, uint32_t n, uint
 void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now) {
   hak_span_cache_t *c = &h->spans;
   /* Purge delay 0 means memory goes back at once; big spans go straight back too. */
-  if (h == &hak_heap_empty || hak_opt.purge_delay_ms == 0 || s->units > SPAN_CACHE_MAX_UNITS / 2) {
+  if (h == &hak_heap_empty || hak_opt.purge_delay_ms == 0 || s->units > SPAN_CACHE_SPAN_UNITS) {
     release_to_region(h, &s, 1, now);
     return;
   }

@@ -228,9 +228,13 @@ typedef struct hak_region {
  * that the slabs of every tiny class of one owner seldom share a chain. */
 #define REMOTE_CHAINS 64
 
-/* Free spans a heap keeps for reuse without taking region_lock. */
+/* Free spans a heap keeps for reuse without taking region_lock: emptied slabs and
+ * growing blocks of at most 2 units. A bigger span goes back to its region at once,
+ * where any span, of any size, can reuse its resident pages: cached, it waited for one
+ * of its own size, and a short-lived program's one-off buffers stayed resident. */
 #define SPAN_CACHE_SLOTS 8
-#define SPAN_CACHE_MAX_UNITS 32
+#define SPAN_CACHE_SPAN_UNITS 2
+#define SPAN_CACHE_MAX_UNITS (SPAN_CACHE_SLOTS * SPAN_CACHE_SPAN_UNITS)
 typedef struct hak_span_cache {
   hak_slab_t *spans[SPAN_CACHE_SLOTS]; /* oldest first; aux holds the time it came */
   uint32_t count;
