@@ -91,7 +91,7 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
     if (HAKMEM_SECURE && slab_owner(s) != OWNER_LARGE) {
       size_t room = usable - SECURE_TAIL;
       usable = secure_usable(p, s);
-      if (fits_in_place(n, room)) return secure_arm(p, n);
+      if (fits_in_place(n, room)) return secure_resize(p, s, usable, n);
       return realloc_move(p, usable, n);
     }
     if (slab_owner(s) == OWNER_LARGE) { /* usable size n: resized, canary and guard moved */

@@ -135,7 +135,8 @@ _Noreturn void report_not_live(void *p, const char *fn);
 
 /* ---- secure.c: the hardened build's malloc and free ----------------------------- */
 void secure_init(void); /* after hak_list_key is set */
-void *secure_arm(void *p, size_t n); /* writes canary and size word; returns p */
+void *secure_arm(void *p, size_t n); /* a free block handed out: zero, canary, size word */
+void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2); /* realloc in the block */
 void secure_free(void *p);
 size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
 void *secure_malloc(size_t n);

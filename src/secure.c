@@ -3,11 +3,13 @@
  * CPU-feature check below would otherwise bring in libgcc's start-up constructor, which
  * runs CPUID at every program's load.
  *
- * A hardened small block of class size S holding n bytes:
- *   [0, n) user data | [n, S-8) canary bytes | [S-8, S) size word = n ^ key ^ address
- * free() checks the block's canary and size word (overflow) and the block below
- * (underflow), zeroes the data and parks the block in a per-thread quarantine, which it
- * leaves still zero or reported (write after free). Large blocks: large.c, guard.c. */
+ * A hardened small block of class size S holding n bytes (n <= S - SECURE_TAIL):
+ *   live: [0, n) data | [n, n+8) canary word | [n+8, S-8) zero | [S-8, S) size word
+ *   free: [0, 8) link or 0 | [8, 16) free tag | [16, S-8) zero | [S-8, S) size word
+ * The size word is n ^ key ^ address. free() checks the canary word and size word
+ * (overflow) and the block below (underflow), zeroes [0, n+8) and parks the block in a
+ * per-thread quarantine, which it leaves when seen still zero (else: write after free).
+ * So malloc writes two words, and hands out zero memory. Large blocks: large.c, guard.c. */
 #include "alloc_fast.h"
 
 #include <errno.h>
@@ -15,14 +17,14 @@
 
 #if HAKMEM_SECURE
 
-/* ---- canary bytes and size words ----------------------------------------------- */
-/* Canary bytes are in 0xC0..0xFF, so zeros, text and small numbers written past the end
- * always differ; they depend on the address mod 8 only, so one random word, made at
- * start-up, holds all eight. */
+/* ---- canary words and size words ------------------------------------------------ */
+/* Canary bytes are in 0xC0..0xFF, so a zero (a string's terminator), text or a small
+ * number written past the end always differs; they depend on the address mod 8 only,
+ * so one random word, made at start-up, holds all eight. */
 static uint64_t canary_w;
 static uint64_t canary_rot[8]; /* canary_w rotated right by 0..7 bytes (canary_at) */
-static bool use_avx2; /* per-byte work in 32-byte steps (secure_init) */
-/* x86 builds also compile the per-byte loops for AVX2 and pick at start-up. */
+static bool use_avx2; /* the zero check in 32-byte steps (secure_init) */
+/* x86 builds also compile the zero check for AVX2 and pick at start-up. */
 #if defined(__x86_64__) || defined(__i386__)
 #define SECURE_AVX2_VARIANTS 1
 #else
@@ -45,7 +47,7 @@ void secure_init(void) {
 #endif
 }
 
-/* Unaligned words: the gap after a block's data starts anywhere. */
+/* Unaligned words: the canary word starts anywhere. */
 static inline uint64_t load64(uintptr_t a) {
   uint64_t v;
   memcpy(&v, (const void *)a, 8);
@@ -57,112 +59,139 @@ static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); 
  * word rotated by a mod 8 bytes, one of eight made at start-up). */
 static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
 
-/* ---- per-byte work: secure_bytes.h ------------------------------------------- */
-#include "secure_bytes.h"
+/* ---- the zero check ------------------------------------------------------------ */
+/* The zero check is written once, over 32-byte vectors, and compiled twice: for
+ * baseline x86-64 (GCC splits each vector into two SSE2 halves) and for AVX2.
+ * secure_init picks one; a flag in a plain branch, not a writable code pointer, selects
+ * it. */
+typedef uint64_t hak_v4 __attribute__((vector_size(32)));
 
-/* Is the block at a, S bytes of which n were asked for, as free() left it: zero up to
- * max(n, 16) but for its free tag (and, once released, its link), canaries after? */
-hak_inline bool still_clean_body(uintptr_t a, const hak_slab_t *s) {
-  size_t S = s->block_size;
-  size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n > S - SECURE_TAIL) return false;
-  size_t zeroed = n < 16 ? 16 : n;
-  const uint64_t *w = (const uint64_t *)a;
-  return w[0] == 0 && w[1] == block_free_tag(s) && all_zero_body(a + 16, a + zeroed) &&
-         canary_intact_body(a + zeroed, a + S - 8);
+hak_inline void v_load(hak_v4 *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
+hak_inline bool v_zero(const hak_v4 *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
+
+/* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
+hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
+  size_t len = to - from;
+  if (len < 8) {
+    uint64_t acc = 0;
+    for (; from < to; from++) acc |= *(const uint8_t *)from;
+    return acc == 0;
+  }
+  if (len < 32) {
+    uint64_t acc = load64(from) | load64(to - 8);
+    if (len > 16) acc |= load64(from + 8) | load64(to - 16);
+    return acc == 0;
+  }
+  hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
+  v_load(&a0, to - 32);
+  for (; from + 128 <= to; from += 128) { /* four vectors a step */
+    hak_v4 u, v;
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    v_load(&u, from + 64);
+    v_load(&v, from + 96);
+    a0 |= x | u;
+    a1 |= y | v;
+  }
+  if (from + 64 <= to) {
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    a0 |= x;
+    a1 |= y;
+    from += 64;
+  }
+  if (from + 32 <= to) {
+    v_load(&x, from);
+    a0 |= x;
+  }
+  a0 |= a1;
+  return v_zero(&a0);
 }
 
-hak_noinline static void canary_fill_base(uintptr_t from, uintptr_t to) { canary_fill_body(from, to); }
-hak_noinline static bool canary_intact_base(uintptr_t from, uintptr_t to) {
-  return canary_intact_body(from, to);
-}
-hak_noinline static bool still_clean_base(uintptr_t a, const hak_slab_t *s) { return still_clean_body(a, s); }
+hak_noinline static bool all_zero_base(uintptr_t from, uintptr_t to) { return all_zero_body(from, to); }
 #if SECURE_AVX2_VARIANTS
-hak_noinline __attribute__((target("avx2"))) static void canary_fill_avx2(uintptr_t from, uintptr_t to) {
-  canary_fill_body(from, to);
-}
-hak_noinline __attribute__((target("avx2"))) static bool canary_intact_avx2(uintptr_t from, uintptr_t to) {
-  return canary_intact_body(from, to);
-}
-hak_noinline __attribute__((target("avx2"))) static bool still_clean_avx2(uintptr_t a, const hak_slab_t *s) {
-  return still_clean_body(a, s);
+hak_noinline __attribute__((target("avx2"))) static bool all_zero_avx2(uintptr_t from, uintptr_t to) {
+  return all_zero_body(from, to);
 }
 #else /* use_avx2 stays false */
-#define canary_fill_avx2 canary_fill_base
-#define canary_intact_avx2 canary_intact_base
-#define still_clean_avx2 still_clean_base
+#define all_zero_avx2 all_zero_base
 #endif
 
-static inline void canary_fill(uintptr_t from, uintptr_t to) {
-  if (hak_likely(to - from <= 32)) canary_fill_short(from, to);
-  else if (use_avx2) canary_fill_avx2(from, to);
-  else canary_fill_base(from, to);
-}
-static inline bool canary_intact(uintptr_t from, uintptr_t to) {
-  if (hak_likely(to - from <= 32)) return canary_intact_short(from, to);
-  return use_avx2 ? canary_intact_avx2(from, to) : canary_intact_base(from, to);
-}
-/* Blocks of up to 64 bytes, inline and a word a step: [16, z) zero, z = max(n, 16), the
- * last word masked; [z, S - 8) canary bytes, the last word overlapping. */
-static inline bool still_clean_small(uintptr_t a, const hak_slab_t *s) {
+/* Is the block at a, of slab s, as free() left it: link 0, its free tag, zero up to its
+ * size word, and a sane size word? Blocks of up to 64 bytes a word a step, inline. */
+static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
   size_t S = s->block_size;
-  size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n > S - SECURE_TAIL) return false;
-  uintptr_t z = a + (n < 16 ? 16 : n), end = a + S - 8;
+  if (secure_size_decode(secure_size_word(a, S)) > S - SECURE_TAIL) return false;
   const uint64_t *w = (const uint64_t *)a;
   uint64_t acc = w[0] | (w[1] ^ block_free_tag(s));
-  for (uintptr_t p = a + 16; p < z; p += 8) {
-    uint64_t v = load64(p);
-    if (p + 8 > z) v &= ((uint64_t)1 << (8 * (z - p))) - 1; /* little-endian: the first bytes */
-    acc |= v;
+  if (hak_likely(S <= 64)) {
+    for (uintptr_t p = a + 16; p < a + S - 8; p += 8) acc |= *(const uint64_t *)p;
+    return acc == 0;
   }
-  for (uintptr_t p = z; p < end; p += 8) {
-    uintptr_t q = p + 8 > end ? end - 8 : p;
-    acc |= load64(q) ^ canary_at(q);
-  }
-  return acc == 0;
+  return acc == 0 && (use_avx2 ? all_zero_avx2(a + 16, a + S - 8) : all_zero_base(a + 16, a + S - 8));
 }
 
-static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
-  if (hak_likely(s->block_size <= 64)) return still_clean_small(a, s);
-  return use_avx2 ? still_clean_avx2(a, s) : still_clean_base(a, s);
+/* Zero [a + from, a + to), whole words, without a call for up to 32 bytes. */
+static inline void zero_range(uintptr_t a, size_t from, size_t to) {
+  size_t len = to - from;
+  if (hak_likely(len <= 32)) {
+    store64(a + from, 0);
+    store64(a + to - 8, 0);
+    if (len > 16) {
+      store64(a + from + 8, 0);
+      store64(a + to - 16, 0);
+    }
+  } else {
+    memset((void *)(a + from), 0, len);
+  }
 }
 
-/* What a block's size word says about its bytes. Once free() and the quarantine's check
- * have seen the block, with n = the size it had: [16, k) is zero and [k, S - 8) holds
- * canary bytes, for k = max(n, 16). A live block has canary bytes in [k, S - 8) too.
- * Returns k, or 0 when nothing is known: a new block (size word 0), one released
- * unchecked, a corrupt size word. A purged block (block_purged) also has its mark in
- * [16, 24) and zeros where whole pages of the canary bytes were. */
-static inline size_t block_known(uintptr_t a, size_t S) {
-  size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n - 1 >= S - SECURE_TAIL) return 0;
-  return n < 16 ? 16 : n;
-}
-/* Only free blocks of two pages or more are purged (deferred.c). */
+/* Only free blocks of two pages or more are purged (deferred.c), marked in [16, 24). */
 static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && block_purged(a); }
-static inline size_t canary_known(uintptr_t a, size_t S) {
-  return maybe_purged(a, S) ? 0 : block_known(a, S);
-}
 
-/* Hands out the block at a for n bytes, k = canary_known before any change: canary bytes
- * from n on, where they are not there already, and the size word. */
-static inline void arm_known(uintptr_t a, size_t n, size_t S, size_t k) {
-  uintptr_t to = k ? (a + k + 7) & ~(uintptr_t)7 : a + S - 8; /* canary bytes from here */
-  if (a + n < to) {
-    if (to - (a + n) < 8) to += 8; /* canary_fill wants a word; k <= S - 16 leaves room */
-    canary_fill(a + n, to);
+/* Hands out the free block at a for n bytes: was = its size word's n (checked sane). A
+ * block that has been through free() and the quarantine (was > 0) is zero but for its
+ * link and (purged) mark; any other (new, or released unchecked) is zeroed whole. Then
+ * the canary word after the data, then the size word. */
+static inline void arm_free_block(uintptr_t a, size_t n, size_t S, size_t was) {
+  if (hak_likely(was != 0)) {
+    store64(a, 0);
+    if (maybe_purged(a, S)) store64(a + 16, 0);
+  } else {
+    memset((void *)a, 0, S - 8);
   }
+  store64(a + n, canary_at(a + n));
   secure_size_encode(secure_size_word(a, S), n);
 }
-static inline void arm_block(uintptr_t a, size_t n, size_t S) { arm_known(a, n, S, canary_known(a, S)); }
 
 void *secure_arm(void *p, size_t n) {
   uintptr_t a = (uintptr_t)p;
   if (p == NULL || region_map_kind(a) != MAP_REGION) return p;
   hak_slab_t *s = region_slab_of(a);
   if (slab_owner(s) == OWNER_LARGE) return p;
-  arm_block(a, n, s->block_size);
+  size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
+  if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", p);
+  arm_free_block(a, n, S, was);
+  return p;
+}
+
+/* realloc within the block, from n1 to n2 bytes. Another thread may be checking this
+ * block as the block below its own (check_below_full): it reads the size word, then the
+ * canary word that size names, then both again. So the new canary word is written
+ * before the size word names it, and the old one cleared only after. */
+void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2) {
+  uintptr_t a = (uintptr_t)p;
+  if (n2 == n1) return p;
+  store64(a + n2, canary_at(a + n2));
+  hak_compiler_barrier();
+  secure_size_encode(secure_size_word(a, s->block_size), n2);
+  hak_compiler_barrier();
+  if (n2 > n1) {
+    if (n2 > n1 + 8) memset((void *)(a + n1), 0, 8);
+    else memset((void *)(a + n1), 0, n2 - n1);
+  } else {
+    memset((void *)(a + n2 + 8), 0, n1 - n2);
+  }
   return p;
 }
 
@@ -173,20 +202,10 @@ size_t secure_usable(void *p, hak_slab_t *s) {
 }
 
 /* ---- the block below ----------------------------------------------------------- */
-/* Each byte of w either the canary's (c) or zero? (Bytes being zeroed by another
- * thread's free of the block are zero; an overrun writes anything else.) */
-static inline bool canary_or_zero(uint64_t w, uint64_t c) {
-  const uint64_t lo = 0x7f7f7f7f7f7f7f7full, hi = 0x8080808080808080ull;
-  uint64_t x = w ^ c;
-  uint64_t zx = ~(((x & lo) + lo) | x | lo), zw = ~(((w & lo) + lo) | w | lo); /* 0x80: zero byte */
-  return (zx | zw) == hi;
-}
-
 /* Checked when a block at a of an owned slab s is allocated or freed: the block below
- * it must have a sane size word (or, for block 0, the guard word before it) and its
- * first canary word intact (and block 0 the guard word below it): an overrun of that
- * block by one byte, or of ours below our start, shows there. Only in our own slabs:
- * no other thread arms their blocks. */
+ * it must have a sane size word (block 0: the guard word before it) and, if live, its
+ * canary word intact: an overrun of that block by one byte, or of ours below our start,
+ * shows there. Only in our own slabs: no other thread arms their blocks. */
 hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
   size_t S = s->block_size;
   const uintptr_t *w = (const uintptr_t *)(a - 8);
@@ -203,74 +222,43 @@ hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
   if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
   return;
 #endif
-  /* Its tag before its size word: a thread freeing it unchecked clears the size word
-   * first (x86 keeps both orders). */
+  /* Its tag before its size word and canary word: a thread freeing it sets the tag
+   * before it clears the canary word, and a resize writes the new canary word before
+   * the size word (x86 keeps the order of stores, and of loads). */
   bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
   hak_compiler_barrier();
-  size_t n0 = secure_size_decode(w), n = n0;
+  size_t n = secure_size_decode(w);
   if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
-  if (n == 0) return;
-  if (is_free) {
-    if (maybe_purged(b, S)) return;
-    if (n < 16) n = 16; /* a free block is zero to 16 bytes at least */
-  } else if (n < 16) { /* another thread's free may be zeroing [n, 16) right now */
-    if (hak_likely(canary_or_zero(load64(b + n), canary_at(b + n)))) return;
-  } else if (hak_likely(load64(b + n) == canary_at(b + n))) {
-    return;
-  }
-  if (is_free && load64(b + n) == canary_at(b + n)) return;
+  if (is_free || n == 0) return; /* free: the quarantine checks it; 0: never armed */
+  if (hak_likely(load64(b + n) == canary_at(b + n))) return;
   /* Not what it should be, or another thread changed the block since we read its tag and
-   * size word: its free wrote zeros, its tag and link over [n, 16), or its realloc grew
-   * it in place and the program wrote past the old size. Both are read again, after the
-   * canary word (x86 keeps the order of stores and of loads): a block that has since
-   * become free or changed size is not judged. */
+   * size word: its free set the tag and then zeroed the canary word, or its realloc
+   * moved it. Both are read again after the canary word: a block that has since become
+   * free or changed size is not judged. */
   hak_compiler_barrier();
   bool now_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
-  if (now_free != is_free || secure_size_decode(w) != n0) return;
+  if (now_free || secure_size_decode(w) != n) return;
   hak_fatal_at("heap overflow detected", (void *)b);
 }
 
 /* The common cases inline, for a block below other than block 0: never handed out (size
- * word 0), or of 16 bytes or more with its first canary word intact, free or not (free
- * leaves [n, S - 8) as it was). Anything else, check_below_full judges. */
+ * word 0), live with its canary word intact, or free. Anything else, check_below_full
+ * judges. */
 static inline void check_below(uintptr_t a, const hak_slab_t *s) {
 #if !defined(__SANITIZE_THREAD__)
   size_t S = s->block_size;
   uintptr_t b = a - S;
   size_t n = secure_size_decode((const uintptr_t *)(a - 8));
   if (hak_likely(b > s->start) &&
-      (n == 0 || (n >= 16 && n <= S - SECURE_TAIL && load64(b + n) == canary_at(b + n))))
+      (n == 0 || (n <= S - SECURE_TAIL && (load64(b + n) == canary_at(b + n) ||
+                                           ((const hak_block_t *)b)->free_tag == block_free_tag(s)))))
     return;
 #endif
   check_below_full(a, s);
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
-/* At free: the first canary word after the data and the size word, which together see
- * any run off the end (the quarantine's check reads every byte later); and, in our own
- * slab, the block below. */
-static inline void check_canaries(uintptr_t a, hak_slab_t *s, bool own_slab) {
-  size_t S = s->block_size;
-  size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n))
-    hak_fatal_at("heap overflow detected", (void *)a);
-  if (own_slab) check_below(a, s);
-}
-
-/* Zero-on-free of [0, z), z >= 16, without a call for up to 32 bytes. */
-static inline void zero_data(uintptr_t a, size_t z) {
-  if (hak_likely(z <= 32)) {
-    store64(a, 0);
-    store64(a + 8, 0);
-    store64(a + z - 16, 0);
-    store64(a + z - 8, 0);
-  } else {
-    memset((void *)a, 0, z);
-  }
-}
-
-/* A free block's size word also tells calloc what it need not clear: the quarantine's
- * check has seen [16, n) zero. A block that skips the check says 0 instead. */
+/* A block that skips the quarantine's check says 0 in its size word: nothing known. */
 static void release_unchecked(void *p, hak_slab_t *s) {
   secure_size_encode(secure_size_word((uintptr_t)p, s->block_size), 0);
   ((hak_block_t *)p)->free_tag = 0;
@@ -286,10 +274,21 @@ static void quarantine_release(hak_heap_t *h, hak_block_t *old, hak_heap_t *user
   if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
   h->quarantine_bytes -= os->block_size;
   if (user != NULL && heap_user_block_release(old, os, h, user)) return;
-  if (hak_likely(hak_tso_load(&os->owner) == (uintptr_t)h)) {
-    if (slab_owner_push(os, &os->local_free, old) == 0) heap_slab_emptied(h, os);
+  uintptr_t owner = hak_tso_load(&os->owner);
+  if (hak_likely(owner == (uintptr_t)h)) {
+    if (slab_owner_push(os, &os->free, old) == 0) heap_slab_emptied(h, os);
     return;
   }
+  /* Another thread's slab: that thread checks the block as its neighbours come and go,
+   * and takes a block without its tag for live, so the tag stays on all the way. */
+  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) && (owner & ~SLAB_FULL) != (uintptr_t)h)) {
+    heap_remote_batch(h, os, old);
+    return;
+  }
+  /* Ours but full, or no thread's: heap_free_other wants the tag off. Where a thread
+   * may adopt the slab meanwhile, the size word says 0 (nothing known) first. */
+  if ((owner & ~SLAB_FULL) != (uintptr_t)h) secure_size_encode(secure_size_word(oa, os->block_size), 0);
+  hak_compiler_barrier();
   old->free_tag = 0;
   heap_free_other(old, os, h);
 }
@@ -320,6 +319,10 @@ static inline uint32_t quarantine_pick(hak_heap_t *h) {
   h->quarantine_rng = x;
   return x >> (32 - 8);
 }
+/* The slot quarantine_pick will give next. */
+static inline uint32_t quarantine_peek(const hak_heap_t *h) {
+  return (h->quarantine_rng * 1664525u + 1013904223u) >> (32 - 8);
+}
 _Static_assert(QUARANTINE_SLOTS == 256 || !HAKMEM_SECURE, "quarantine_pick gives 8 bits");
 
 void secure_free(void *p) {
@@ -342,10 +345,15 @@ void secure_free(void *p) {
     if (owner == OWNER_LARGE) return;
   }
   size_t S = s->block_size;
-  check_canaries(a, s, (owner & ~SLAB_FULL) == (uintptr_t)h);
   size_t n = secure_size_decode(secure_size_word(a, S));
-  zero_data(a, n < 16 ? 16 : n);
-  b->free_tag = tag;
+  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n)) hak_fatal_at("heap overflow detected", p);
+  if ((owner & ~SLAB_FULL) == (uintptr_t)h) check_below(a, s);
+  /* The tag first, then the zeros over the canary word (check_below_full's order). */
+  __atomic_store_n(&b->free_tag, tag, __ATOMIC_RELAXED); /* check_below_full reads it */
+  hak_compiler_barrier();
+  store64(a, 0);
+  size_t z = (n + 15) & ~(size_t)7; /* n + 8 up to a word: [n + 8, S - 8) is zero already */
+  if (z > 16) zero_range(a, 16, z);
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
     release_unchecked(p, s);
     return;
@@ -357,6 +365,8 @@ void secure_free(void *p) {
   __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
   h->quarantine_bytes += (uint32_t)S;
   if (old != NULL) quarantine_release(h, old, old_user);
+  /* The block the next free will release, on its way into the cache meanwhile. */
+  __builtin_prefetch(h->quarantine[quarantine_peek(h)], 1);
   /* Big blocks: more go, so that the quarantine holds a bounded amount of memory. */
   while (hak_unlikely(h->quarantine_bytes > QUARANTINE_BYTES)) {
     i = quarantine_pick(h);
@@ -384,20 +394,8 @@ void *secure_calloc(size_t n) {
   if (n > MID_MAX - SECURE_TAIL) return secure_large(n, true);
   void *p = fast_malloc_raw(n + SECURE_TAIL);
   if (p == NULL) return NULL;
-  uintptr_t a = (uintptr_t)p;
-  hak_slab_t *s = region_slab_of(a);
-  if (slab_owner(s) == OWNER_LARGE) return memset(p, 0, n);
-  size_t S = s->block_size;
-  size_t k = block_known(a, S);
-  bool purged = maybe_purged(a, S);
-  if (k == 0) {
-    memset(p, 0, n);
-  } else {
-    memset(p, 0, purged ? 24 : 16);
-    if (n > k) memset((char *)p + k, 0, n - k);
-  }
-  arm_known(a, n, S, purged ? 0 : k);
-  return p;
+  if (slab_owner(region_slab_of((uintptr_t)p)) == OWNER_LARGE) return memset(p, 0, n);
+  return secure_arm(p, n); /* an armed block is zero */
 }
 
 void *secure_malloc(size_t n) {
@@ -406,11 +404,12 @@ void *secure_malloc(size_t n) {
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
       slab_pop(s, b);
+      __builtin_prefetch(s->free, 1); /* the next malloc's block, whose link it reads */
       uintptr_t a = (uintptr_t)b;
       size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
       if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", b); /* its own, overrun */
       check_below(a, s);
-      arm_known(a, n, S, was == 0 || maybe_purged(a, S) ? 0 : was < 16 ? 16 : was);
+      arm_free_block(a, n, S, was);
       return b;
     }
   }
