@@ -92,6 +92,11 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
       size_t room = usable - SECURE_TAIL;
       usable = secure_usable(p, s);
       if (fits_in_place(n, room)) return secure_arm(p, n);
+      /* A block that grows moves to one with twice its room, armed for n, as below. */
+      if (n > room && n < 2 * room && 2 * room <= MID_MAX - SECURE_TAIL) {
+        void *q = realloc_move(p, usable, 2 * room);
+        return q != NULL ? secure_arm(q, n) : NULL;
+      }
       return realloc_move(p, usable, n);
     }
     if (slab_owner(s) == OWNER_LARGE) { /* usable size n: resized, canary and guard moved */
