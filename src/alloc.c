@@ -92,6 +92,13 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
       size_t room = usable - SECURE_TAIL;
       usable = secure_usable(p, s);
       if (fits_in_place(n, room)) return secure_resize(p, s, usable, n);
+      /* A block that grows moves to one with twice its room, then says n, as below. */
+      if (n > room && n < 2 * room && 2 * room <= MID_MAX - SECURE_TAIL) {
+        void *q = realloc_move(p, usable, 2 * room);
+        if (q == NULL) return NULL;
+        hak_slab_t *qs = region_slab_of((uintptr_t)q);
+        return slab_owner(qs) == OWNER_LARGE ? q : secure_resize(q, qs, 2 * room, n);
+      }
       return realloc_move(p, usable, n);
     }
     if (slab_owner(s) == OWNER_LARGE) { /* usable size n: resized, canary and guard moved */

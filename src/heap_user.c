@@ -42,64 +42,13 @@ static void user_unlink(hak_heap_t **list, hak_heap_t *u) {
   u->user_next = u->user_prev = NULL;
 }
 
-/* ---- hardened: destroyed heaps' slabs wait before they are reused ------------------
- * A free of a destroyed heap's block is reported while its span is not reused (its
- * owner word is OWNER_NONE). The hardened build keeps the last DEAD_SPANS_MAX bytes of
- * destroyed slabs out of reuse, their pages given back, so it is caught that long. The
- * pages go back in batches of DEAD_BATCH slabs sorted by address, one madvise per run
- * of adjacent spans (whole: a write past the carved blocks, which `touched` does not
- * see, goes too), with no lock held; then the batch joins the queue, oldest first,
- * under region_lock. */
-#define DEAD_SPANS_MAX ((size_t)64 << 20)
-#define DEAD_BATCH 128
-static hak_slab_t *dead_oldest, *dead_newest; /* under region_lock, linked by next */
-static size_t dead_bytes;
-
-/* Purges v[0..n) and queues them; returns their bytes. (An insertion sort: qsort may
- * call malloc.) */
-static size_t dead_batch(hak_slab_t **v, size_t n, uint64_t now) {
-  for (size_t i = 1; i < n; i++) {
-    hak_slab_t *s = v[i];
-    size_t j = i;
-    for (; j > 0 && slab_base(v[j - 1]) > slab_base(s); j--) v[j] = v[j - 1];
-    v[j] = s;
-  }
-  for (size_t i = 0; i < n;) {
-    uintptr_t from = slab_base(v[i]), to = from + (size_t)v[i]->units * UNIT_SIZE;
-    size_t j = i + 1;
-    for (; j < n && to == slab_base(v[j]); j++) to += (size_t)v[j]->units * UNIT_SIZE;
-    os_purge((void *)from, to - from);
-    for (; i < j; i++) v[i]->touched = 0;
-  }
-  size_t bytes = 0;
-  pthread_mutex_lock(&region_lock);
-  for (size_t i = 0; i < n; i++) {
-    hak_slab_t *s = v[i];
-    bytes += (size_t)s->units * UNIT_SIZE;
-    s->next = NULL;
-    if (dead_newest) dead_newest->next = s;
-    else dead_oldest = s;
-    dead_newest = s;
-  }
-  dead_bytes += bytes;
-  while (dead_bytes > DEAD_SPANS_MAX) {
-    hak_slab_t *old = dead_oldest;
-    dead_oldest = old->next;
-    if (dead_oldest == NULL) dead_newest = NULL;
-    dead_bytes -= (size_t)old->units * UNIT_SIZE;
-    old->next = NULL;
-    span_free(old, now);
-  }
-  pthread_mutex_unlock(&region_lock);
-  return bytes;
-}
-
 /* ---- the retired list ------------------------------------------------------------- */
 /* The slabs of destroyed heap u, no reference left, go back to their regions
- * (hardened: to the dead spans' queue). Returns their bytes. */
+ * (hardened: to heap_dead.c's queue). Returns their bytes. */
 static size_t slabs_gone(hak_heap_t *u) {
   uint64_t now = os_now_ms();
   size_t bytes = 0, n = 0;
+  bool first = true;
   hak_slab_t *batch[HAKMEM_SECURE ? DEAD_BATCH : 1];
   if (!HAKMEM_SECURE) pthread_mutex_lock(&region_lock);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
@@ -108,18 +57,18 @@ static size_t slabs_gone(hak_heap_t *u) {
       hak_slab_t *s;
       while ((s = lists[l]->head) != NULL) {
         queue_remove(lists[l], s);
-        if (!HAKMEM_SECURE) {
+        if (HAKMEM_SECURE) {
+          batch[n++] = s;
+          if (n == DEAD_BATCH) bytes += heap_dead_add(batch, n, first, now), n = 0, first = false;
+        } else {
           bytes += (size_t)s->units * UNIT_SIZE;
           span_free(s, now);
-          continue;
         }
-        batch[n++] = s;
-        if (n == DEAD_BATCH) bytes += dead_batch(batch, n, now), n = 0;
       }
     }
   }
   if (!HAKMEM_SECURE) pthread_mutex_unlock(&region_lock);
-  else if (n > 0) bytes += dead_batch(batch, n, now);
+  if (HAKMEM_SECURE && n > 0) bytes += heap_dead_add(batch, n, first, now);
   return bytes;
 }
 
@@ -288,6 +237,30 @@ static hak_heap_t *spare_revive(hak_heap_t *home) {
   return u;
 }
 
+/* Hardened: new heap u takes the slabs of heaps destroyed long enough ago
+ * (heap_dead.c), zero and resident, for their classes, as a spare's. */
+static void dead_adopt(hak_heap_t *home, hak_heap_t *u) {
+  hak_slab_t *list = HAKMEM_SECURE ? heap_dead_reuse(SPARE_MAX_UNITS) : NULL;
+  if (list == NULL) return;
+  uint32_t gen = atomic_load_explicit(&u->gen, memory_order_relaxed);
+  size_t bytes = 0;
+  pthread_mutex_lock(&u->lock); /* on the list of all heaps already: walkers take it */
+  while (list != NULL) {
+    hak_slab_t *s = list;
+    list = s->next;
+    slab_reset(s);
+    bytes += (size_t)s->units * UNIT_SIZE;
+    spare_queue(&u->queue[s->class_idx], s);
+    __atomic_store_n(&s->user_gen, gen, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->user_heap, u, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->owner, (uintptr_t)home, __ATOMIC_RELEASE);
+  }
+  for (uint32_t c = 0; c < NUM_CLASSES; c++)
+    if (u->queue[c].head != NULL) heap_head_changed(u, c);
+  pthread_mutex_unlock(&u->lock);
+  heap_held_grow(u, bytes);
+}
+
 /* ---- life cycle ------------------------------------------------------------------- */
 hak_heap_t *heap_user_new(void) {
   hak_heap_t *home = heap_get();
@@ -301,6 +274,7 @@ hak_heap_t *heap_user_new(void) {
     if (u == NULL) return NULL;
     for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &hak_slab_empty;
     atomic_fetch_add_explicit(&u->gen, 1, memory_order_relaxed); /* a new generation */
+    if (HAKMEM_SECURE) dead_adopt(home, u);
   }
   __atomic_store_n(&u->owner_id, (uintptr_t)home, __ATOMIC_RELAXED);
   atomic_fetch_and_explicit(&u->refs, ~HEAP_REFS_RETIRED, memory_order_relaxed);

@@ -60,6 +60,17 @@ void huge_set_heap(void *p, hak_heap_t *u); /* p is user heap u's */
 void huge_heap_drop_all(hak_heap_t *u, bool free_them); /* under u->lock: free, or let go */
 int huge_heap_each(hak_heap_t *u, int (*fn)(void *p, size_t usable, void *arg), void *arg);
 
+/* ---- heap_dead.c (hardened): destroyed heaps' slabs, out of reuse for a while ------ */
+#define DEAD_HEAPS_MIN 1 /* later destructions before a destroyed heap's slab is reused */
+#define DEAD_BATCH 128   /* slabs given to heap_dead_add at once */
+/* Takes v[0..n), slabs of one destroyed heap (`first`: its first call), and returns
+ * their bytes. */
+size_t heap_dead_add(hak_slab_t **v, size_t n, bool first, uint64_t now);
+/* Slabs that have waited long enough, up to max_units, zero, linked by next. */
+hak_slab_t *heap_dead_reuse(size_t max_units);
+/* No destruction for the purge delay: the waiting slabs' pages go. Returns their bytes. */
+size_t heap_dead_trim(uint64_t now);
+
 /* ---- heap_user.c: user heaps made, destroyed, released; thread exit; fork -------- */
 extern __thread hak_heap_t *heap_tls_last __attribute__((tls_model("initial-exec")));
 hak_heap_t *heap_user_new(void); /* NULL when out of memory */

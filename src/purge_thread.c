@@ -88,6 +88,7 @@ static size_t purge_thread_pass(uint64_t now) {
   pthread_mutex_lock(&region_lock);
   heap_sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
+  if (HAKMEM_SECURE) done += heap_dead_trim(now);
   return done + purge_pass_background(now);
 }
 

@@ -6,7 +6,8 @@
  * thread's own heap, another thread's heap used, and a destroyed heap's block freed or
  * reallocated (small, large, huge, by its thread or another). Built twice: against the
  * default library and (HEAPS_MISUSE_SECURE) the hardened one, which must also catch
- * the cases where the memory or the handle was reused since.
+ * the cases where the memory or the handle was reused since, and a write to a destroyed
+ * heap's block.
  *
  *   heaps_misuse              run every case, each in a child; exit 1 if any is missed
  *   heaps_misuse --child NAME run one case in this process (to debug it)
@@ -166,6 +167,20 @@ static void free_after_destroy_reused(void) {
   for (int i = 0; i < 20000; i++) use(hak_heap_malloc(h2, 64));
   free(p);
 }
+/* The block's memory is resident and zero while it waits; a write to it is seen when
+ * its slab is reused, after the next heap's destruction. */
+static void write_after_destroy(void) {
+  hak_heap_t *h = hak_heap_new();
+  char *p = tu_hide(hak_heap_malloc(h, 64));
+  memset(p, 1, 64);
+  hak_heap_destroy(h);
+  p[8] = 1;
+  for (int i = 0; i < 4; i++) {
+    hak_heap_t *g = hak_heap_new();
+    use(hak_heap_malloc(g, 64));
+    hak_heap_destroy(g);
+  }
+}
 
 typedef struct misuse_case {
   const char *name;
@@ -208,6 +223,7 @@ static const misuse_case_t cases[] = {
     {"destroy_twice_after_new", destroy_twice_after_new, true, {"hakmem: hak_heap_destroy(): " DESTROYED}},
     {"malloc_after_new", malloc_after_new, true, {"hakmem: hak_heap_malloc(): " DESTROYED}},
     {"free_after_destroy_reused", free_after_destroy_reused, true, {FREE_GONE}},
+    {"write_after_destroy", write_after_destroy, true, {"hakmem: write to a destroyed heap's memory at 0x"}},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 

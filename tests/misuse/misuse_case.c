@@ -337,6 +337,15 @@ static void overflow_by(size_t size, ptrdiff_t offset, size_t len) {
 }
 
 static void overflow_by_1(size_t size) { overflow_by(size, (ptrdiff_t)size, 1); }
+/* Grown by realloc to a size that moves it (hardened: to a block of twice its room): one
+ * byte past the new size. */
+static void overflow_after_grow(size_t size) {
+  char *p = realloc(xmalloc(size), 2 * size + 1);
+  if (p == NULL) setup_failed("realloc returned NULL");
+  misuse_announce(p);
+  scribble(p + 2 * size + 1, 1);
+  free(p);
+}
 static void overflow_by_32(size_t size) { overflow_by(size, (ptrdiff_t)size, 32); }
 static void underflow_by_1(size_t size) { overflow_by(size, -1, 1); }
 static void underflow_by_32(size_t size) { overflow_by(size, -32, 32); }
