@@ -224,7 +224,7 @@ void *heap_malloc_slow(size_t n) {
   }
   /* Here with blocks listed: a countdown that sampled nothing, or a heap just taken. */
   if (s->free != NULL) return slab_pop(s, s->free);
-  /* The hardened build's common refill: the owner's own frees become the allocation
+  /* The hardened build's refill: the owner's slow-path frees become the allocation
    * list. (The default build never fills local_free.) */
   hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
   if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {

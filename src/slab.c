@@ -1,5 +1,5 @@
 /* One slab: a span carved into blocks of one class, its three free lists (free for
- * allocation and the owner's frees, local_free for the hardened build's owner frees,
+ * allocation and the owner's frees, local_free for the hardened build's slow-path ones,
  * remote for everyone else's), and
  * lazy carving so that untouched blocks never become resident. */
 #include "internal.h"

@@ -178,8 +178,8 @@ typedef struct hak_slab {
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
   hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
-                               path and its blocks out of quarantine (the default build
-                               puts every owner's free on `free`) */
+                               path (blocks out of its quarantine go on `free`, as the
+                               default build's owner frees all do) */
   /* `used` and a count of mallocs in one word, bumped by one add whose carry out of
    * the top byte, every 256 mallocs from the slab, sends malloc to look at the clock
    * for deferred work: the owner's frees go straight back on the list malloc pops, so
