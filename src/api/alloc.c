@@ -1,9 +1,8 @@
 /* The hak_ entry points: malloc, free, calloc, realloc and the checks that tell a block's
  * usable size and whether a pointer is one of ours. */
 
-#include "alloc_fast.h"
+#include "api/api.h"
 #include "hakmem.h"
-#include "prof.h"
 
 #include <errno.h>
 #include <string.h>

@@ -22,7 +22,7 @@
  * The standard names called here (malloc, free, ...) mean whichever the process uses:
  * the checker's (tools/check_layers.py names them). */
 
-#include "alloc_fast.h"
+#include "api/api.h"
 #include "hakmem.h"
 
 #include <errno.h>
@@ -35,8 +35,6 @@
 #if HAKMEM_VALGRIND
 #include <valgrind/memcheck.h>
 #endif
-
-int hak_checker = CHECKER_NONE;
 
 #if HAKMEM_CHECKERS
 

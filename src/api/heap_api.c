@@ -7,10 +7,10 @@
  * the API (a TLS word, folded into the compare), so it never reads through a handle it
  * has not checked. Budget: malloc's plus one instruction (`make perfcheck`, and the
  * heap loop of bench_fastpath_loop). Everything else checks the handle in O(1)
- * (heap_handle.c), points the thread's allocation heap at it for the call, and takes
+ * (heap_slot.c), points the thread's allocation heap at it for the call, and takes
  * the ordinary entry point. */
 
-#include "alloc_fast.h"
+#include "api/api.h"
 #include "hakmem.h"
 
 #include <errno.h>

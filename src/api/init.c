@@ -2,8 +2,7 @@
  * loader, a constructor, or recursively from a call it makes), the thread-exit hook,
  * fork handlers and the exit report. */
 
-#include "internal.h"
-#include "prof.h"
+#include "api/api.h"
 
 #include <sched.h>
 #include <sys/random.h>

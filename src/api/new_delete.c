@@ -2,7 +2,7 @@
  * mangled names so that the library does not pull libstdc++ into C programs.
  * The C++ runtime pieces new needs (the new-handler, throwing std::bad_alloc) are
  * weak references: present whenever a C++ program is running, absent otherwise. */
-#include "alloc_fast.h"
+#include "api/api.h"
 #include "hakmem.h"
 
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * call in the process — including glibc's __libc_* entry points — come here. malloc
  * and free inline the fast paths; the rest forward to the hak_ functions. */
 
-#include "alloc_fast.h"
+#include "api/api.h"
 #include "hakmem.h"
 
 #include <errno.h>

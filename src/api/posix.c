@@ -1,9 +1,8 @@
 /* Aligned allocation and the POSIX/glibc/C23 entry points built on it: posix_memalign,
  * aligned_alloc, memalign, valloc, pvalloc, free_sized, free_aligned_sized. */
 
-#include "alloc_fast.h"
+#include "api/api.h"
 #include "hakmem.h"
-#include "prof.h"
 
 #include <errno.h>
 

@@ -10,7 +10,7 @@
  * (overflow) and the block below (underflow), zeroes [0, n+8) and parks the block in a
  * per-thread quarantine, which it leaves when seen still zero (else: write after free).
  * So malloc writes two words, and hands out zero memory. Large blocks: large.c, guard.c. */
-#include "alloc_fast.h"
+#include "api/api.h"
 
 #include <errno.h>
 #include <string.h>

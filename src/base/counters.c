@@ -2,10 +2,12 @@
  * (relaxed atomics, never on a malloc/free fast path) with the peak of committed
  * memory, which stats.c reports, and the per-process random keys. */
 
-#include "internal.h"
+#include "base/base.h"
 
 hak_global_stats_t hak_gstats;
 hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
+/* The checker the process runs under, set at load (api/checkers.c). */
+int hak_checker = CHECKER_NONE;
 
 /* Random per process, set once by init.c: the mark on pages given back inside big free
  * blocks, and the hardened build's key for free-list links and size words. */

@@ -2,7 +2,7 @@
  * works inside the allocator and in a damaged heap), then abort(). The bottom of the
  * library: it calls nothing of hakmem's. */
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * before hakmem took over, or by a path that bypassed it) goes back to that allocator;
  * anything else is a bug in the program and ends it with one line on stderr. */
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -1,11 +1,11 @@
-/* Lock statistics for scaling studies, built with HAKMEM_LOCKSTAT=ON only (lockstat.h).
+/* Lock statistics for scaling studies, built with HAKMEM_LOCKSTAT=ON only (base.h).
  * Per lock class: acquisitions (lock and successful trylock), acquisitions that found the
  * lock taken (a failed trylock counts once, as does a lock that had to wait), time held
  * (acquire to unlock, cond waits excluded: total, and a log2 histogram for its median
  * and 90th percentile, which a holder preempted on a busy machine does not move) and time
  * waited; per call site, acquisitions and time held. Printed on stderr at exit. Calls
  * nothing of hakmem's but error.c's writer. */
-#include "internal.h"
+#include "base/base.h"
 
 #if defined(HAKMEM_LOCKSTAT) && HAKMEM_LOCKSTAT
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* HAKMEM_* options: read once, at process start-up, never on a malloc/free path. */
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,7 +1,7 @@
 /* OS memory: mmap, munmap, madvise, mremap, mprotect, the clock. Nothing else talks to the kernel
  * about memory, so every mapping hakmem makes is visible here. */
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * doublings of MID_EIGHTHS a class at a power of two plus an eighth splits the first
  * step: programs allocate a power of two plus a small header (SQLite's 4104-byte page
  * buffers), which would otherwise lose a fifth of their block to rounding. */
-#include "internal.h"
+#include "base/base.h"
 
 #include <string.h>
 

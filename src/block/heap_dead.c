@@ -17,7 +17,7 @@
  * purge delay, the purge thread drops the resident queue's pages (heap_dead_trim): its
  * slabs wait on, and fault in when reused. The default build compiles none of it. */
 
-#include "internal.h"
+#include "block/block.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  * is in flight (a pending remote chain, a hardened quarantine slot), and the user heap's
  * list of large blocks, which any thread's free may change. */
 
-#include "internal.h"
+#include "block/block.h"
 
 #include <stddef.h>
 

@@ -3,7 +3,7 @@
  * free() finds it. Freed ones of moderate size are kept for reuse by purge.c; the rest
  * go back to the OS at free, and realloc resizes them by moving pages, never copying. */
 
-#include "internal.h"
+#include "block/block.h"
 
 #include <errno.h>
 #include <string.h>

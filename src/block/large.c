@@ -14,7 +14,7 @@
  * puts no guard inside a region: a guard page costs two system calls per block, and the
  * kernel's guard markers hide a region from core dumps (docs/design.md). */
 
-#include "internal.h"
+#include "block/block.h"
 
 #include <errno.h>
 #include <string.h>

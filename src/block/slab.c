@@ -2,7 +2,7 @@
  * allocation and the owner's frees, local_free for the hardened build's slow-path ones,
  * remote for everyone else's), and
  * lazy carving so that untouched blocks never become resident. */
-#include "internal.h"
+#include "block/block.h"
 
 _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   (void)s;
@@ -145,7 +145,7 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
   return taken;
 }
 
-_Atomic bool slab_remote_seen; /* see internal.h */
+_Atomic bool slab_remote_seen; /* see block.h */
 
 void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count) {
   slab_note_remote();

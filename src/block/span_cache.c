@@ -3,7 +3,7 @@
  * that steady churn of them never takes region_lock. The heap's lock covers it (the
  * purge thread flushes idle heaps' caches). Bounded in count; spans older than the
  * purge delay go back to their region on deferred work, where purging finds them. */
-#include "internal.h"
+#include "block/block.h"
 
 /* A span freed here must not pass for a live block: no owner, no valid offset. */
 static void mark_cached(hak_slab_t *s, uint64_t now) {

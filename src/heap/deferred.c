@@ -3,10 +3,10 @@
  * pending remote frees, take back full slabs that other threads freed into, give back
  * pages that free memory no longer needs (idle queue heads, whole pages inside big
  * free blocks, stale pages of reused spans, the heap's old cached spans), run the purge
- * pass, and once per purge period look at other threads' heaps. Also malloc_trim,
- * which does all of it at once. */
+ * pass, and once per purge period look at other threads' heaps. heap_collect does all
+ * of it at once (api/trim.c: malloc_trim). */
 
-#include "internal.h"
+#include "heap/heap.h"
 #include "hakmem.h"
 
 /* Work on other threads' heaps, by one thread at a time, at most once per purge period:
@@ -203,16 +203,6 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   released += purge_pass(now, 0, true);
   pthread_mutex_unlock(&region_lock);
   return released;
-}
-
-
-/* malloc_trim: give every free page that can safely be reached back to the OS now. */
-hak_export int hak_malloc_trim(size_t pad) {
-  (void)pad; /* hakmem keeps no top-of-heap pad: every free unit can go */
-  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return 0;
-  hak_heap_t *h = hak_tls_heap;
-  if (HAKMEM_SECURE && h != &hak_heap_empty) secure_quarantine_flush(h, true);
-  return heap_collect(h, true) > 0;
 }
 
 /* ---- an idle heap, trimmed by the purge thread ------------------------------------

@@ -1,4 +1,4 @@
-/* Everything free() does after the inlined fast path (alloc_fast.h), in the order a
+/* Everything free() does after the inlined fast path (api.h), in the order a
  * pointer is classified:
  *   1. another thread's block in a live slab: chained for its owner (remote.c);
  *   2. any other region pointer: the checks (invalid pointer, double free, a large
@@ -7,8 +7,7 @@
  *      (guard.c), a block of the C library (foreign.c), or garbage.
  * Every invalid or double free ends here, with one line on stderr and abort(). */
 
-#include "internal.h"
-#include "prof.h"
+#include "heap/heap.h"
 
 /* free() of a pointer outside every region: NULL, a huge block, libc's, or garbage. */
 void free_outside_regions(void *p, const char *fn) {

@@ -4,8 +4,7 @@
  * slab with enough free blocks, more carving of the head, and only then a new slab
  * (from the heap's span cache, an abandoned slab of the class, or a new span). */
 
-#include "internal.h"
-#include "prof.h"
+#include "heap/heap.h"
 
 #include <errno.h>
 

@@ -5,7 +5,7 @@
  * them. Also the idle-heap reclaim (slabs of a quiet owner whose blocks all came back)
  * and the fork child's view of the heaps. */
 
-#include "internal.h"
+#include "heap/heap.h"
 
 #include <sched.h>
 #include <stddef.h>
@@ -23,7 +23,7 @@ hak_slab_queue_t heap_abandoned[NUM_CLASSES];
 static uint64_t heap_abandoned_classes;
 
 /* ---- heap life cycle ---------------------------------------------------------------- */
-/* A cleared heap structure on the list of all heaps (heap_handle.c's slots, recycled
+/* A cleared heap structure on the list of all heaps (heap_slot.c's slots, recycled
  * through the pool). Its lock, reference count and generation are kept: a thread that
  * read an old user heap's address may still take the lock or count a reference. */
 hak_heap_t *heap_struct_alloc(void) {

@@ -1,17 +1,8 @@
 /* A heap's class queues: the slab at each head, which the fast path allocates from and
- * which carries a pin, and slabs leaving a heap when their last block comes back. Also
- * the static empty heap that a thread uses until it has one of its own, and the
- * thread's two heap pointers: its own heap, which its slabs' owner words name, and the
- * heap malloc allocates from (the same, unless hak_heap_set_default chose a user heap). */
+ * which carries a pin, and slabs leaving a heap when their last block comes back. (The
+ * static empty heap and the thread's heap pointers are block/heap_tls.c's.) */
 
-#include "internal.h"
-
-/* The empty slab and heap make "no heap yet" look like "free list empty": the fast
- * path needs no initialisation check. */
-hak_slab_t hak_slab_empty = {.owner = OWNER_NONE};
-hak_heap_t hak_heap_empty = {.direct = {[0 ... ALL_DIRECT_SLOTS - 1] = &hak_slab_empty}};
-__thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
-__thread hak_heap_t *hak_tls_alloc __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+#include "heap/heap.h"
 
 /* An emptied slab's span goes to the heap's span cache (or, past it, to its region). */
 void heap_release_slab(hak_heap_t *h, hak_slab_t *s) { span_cache_put(h, s, os_now_ms()); }

@@ -17,7 +17,7 @@
  * A thread that exits releases its user heaps. A forked child keeps the forking
  * thread's. Everything here runs on the owner's slow paths, never on a fast path. */
 
-#include "internal.h"
+#include "heap/heap.h"
 
 /* Every live user heap, and the retired ones waiting for their references; under
  * heaps_lock, linked by user_next/user_prev. */

@@ -18,7 +18,7 @@
  * at exit, at each new peak of the estimated live bytes HAKMEM_PROF_PEAK_STEP above the
  * last one written, and on hak_prof_dump. */
 
-#include "prof.h"
+#include "heap/heap.h"
 #include "hakmem.h"
 
 #include <errno.h>

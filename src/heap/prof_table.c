@@ -1,4 +1,4 @@
-/* The heap profiler's tables and pool (prof.h): distinct stacks with their counts, the
+/* The heap profiler's tables and pool (heap.h): distinct stacks with their counts, the
  * live sampled blocks, and the slabs sampled small and mid blocks live in.
  *
  * Both tables are os_map memory of fixed size, mapped once when profiling first starts
@@ -13,7 +13,7 @@
  * huge ones are ordinary blocks, looked up in the live table on free while any is live.
  * prof_lock covers tables, counts and pool; the lock order is prof -> region. */
 
-#include "prof.h"
+#include "heap/heap.h"
 
 #include <string.h>
 

@@ -16,7 +16,7 @@
  * 0 or -1. If it cannot be created, the slow paths go on purging as before, and another
  * try waits PURGE_THREAD_RETRY_MS. A forked child starts its own when it needs one. */
 
-#include "internal.h"
+#include "heap/heap.h"
 
 #include <errno.h>
 #include <signal.h>

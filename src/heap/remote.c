@@ -5,7 +5,7 @@
  * blocks or REMOTE_BATCH_BYTES bytes (its limit, set when it starts): the bytes bound
  * keeps what the chains hold back from their owners small. */
 
-#include "internal.h"
+#include "heap/heap.h"
 
 #define REMOTE_BATCH 32
 #define REMOTE_BATCH_BYTES 4096

@@ -1,8 +1,7 @@
-/* The heap profile writer's gzip compressor (prof_proto.h: prof_gzip_write): CRC-32 and
+/* The heap profile writer's gzip compressor (profile.h: prof_gzip_write): CRC-32 and
  * DEFLATE, on os_map memory, written with write(2); no malloc, no zlib. */
-#include "prof_proto.h"
+#include "profile/profile.h"
 
-#include "internal.h"
 
 #include <errno.h>
 #include <string.h>

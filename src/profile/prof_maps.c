@@ -1,6 +1,7 @@
 /* /proc/self/maps lines and the GNU build IDs of loaded ELF images (prof_maps.h), for
  * the heap profile writer. Reads only memory that /proc/self/maps says is a readable
  * mapping of the file; no malloc. */
+#include "profile/profile.h"
 #include "prof_maps.h"
 
 #include <elf.h>

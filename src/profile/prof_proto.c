@@ -1,13 +1,12 @@
-/* Heap profile writer: profile.proto, gzip, no malloc (see prof_proto.h).
+/* Heap profile writer: profile.proto, gzip, no malloc (see profile.h).
  *
  * Sections, bottom-up: writing a file descriptor; a growable buffer on os_map memory;
  * the protobuf encoder; the string table; the process's mappings and build IDs; the
  * location table; assembling the Profile message; the API. The gzip compressor is
  * prof_gzip.c's.
  */
-#include "prof_proto.h"
+#include "profile/profile.h"
 
-#include "internal.h"
 #include "prof_maps.h"
 
 #include <elf.h>
@@ -389,7 +388,7 @@ static void encode_locations(writer_t *w) {
   size_t n = w->locs.len / sizeof(uintptr_t);
   buf_t *m = &w->msg;
   for (size_t i = 0; i < n && !m->err; i++) {
-    uintptr_t pc = locs[i] - 1; /* inside the call instruction: see prof_proto.h */
+    uintptr_t pc = locs[i] - 1; /* inside the call instruction: see profile.h */
     m->len = 0;
     pb_uint(m, LOCATION_ID, i + 1);
     pb_uint(m, LOCATION_MAPPING_ID, mapping_of(w, pc));

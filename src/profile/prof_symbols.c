@@ -1,4 +1,4 @@
-/* Names for the heap profiler's return addresses, and the leak report (prof.h).
+/* Names for the heap profiler's return addresses, and the leak report (profile.h).
  *
  * A name comes from dladdr (the dynamic symbol table) when it has one for the address;
  * otherwise (a static function, or a program not linked with -rdynamic) from the
@@ -9,7 +9,7 @@
  * Debian's -dbg and -dbgsym packages put them). No malloc, no stdio: this runs inside
  * the allocator at exit. The last file's mapping is kept for the next address. */
 
-#include "prof.h"
+#include "profile/profile.h"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -1,4 +1,4 @@
-/* The heap profiler's stacks (prof.h: prof_unwind).
+/* The heap profiler's stacks (profile.h: prof_unwind).
  *
  * libgcc's _Unwind_Backtrace reads .eh_frame, so it unwinds code built without frame
  * pointers (Debian's binaries). The shared library does not name libgcc_s as a
@@ -18,7 +18,7 @@
  * list at thread exit for the next thread, which keeps the entries only if its thread
  * descriptor, and so its stack, is where the last owner's was. */
 
-#include "prof.h"
+#include "profile/profile.h"
 
 #ifndef HAKMEM_UNWIND_DLOPEN
 #define HAKMEM_UNWIND_DLOPEN 0 /* 1 in the shared libraries (CMakeLists.txt) */

@@ -6,7 +6,7 @@
  * them either, and gdb's gcore then leaves out every 1 MiB of the region around one,
  * region headers included (docs/design.md, "Misuse"). */
 
-#include "internal.h"
+#include "space/space.h"
 
 #include <errno.h>
 

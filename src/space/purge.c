@@ -8,7 +8,7 @@
  * here, never by calling region.c directly, so the budget sees every change. All of it
  * runs under region_lock. */
 
-#include "internal.h"
+#include "space/space.h"
 
 static size_t huge_used;       /* bytes of live huge mappings */
 static size_t huge_kept_bytes; /* bytes of freed huge blocks kept resident */

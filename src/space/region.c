@@ -3,9 +3,9 @@
  * free's fast path reads the same from slab_map.c), and the region map of what each
  * region-sized chunk of the address space is. Mechanism only: which free units to
  * purge, and when, is purge.c's to decide. Everything here runs under region_lock
- * except the lookups in internal.h. */
+ * except the lookups in space.h. */
 
-#include "internal.h"
+#include "space/space.h"
 
 #include <stddef.h>
 #include <string.h>

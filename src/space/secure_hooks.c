@@ -2,7 +2,7 @@
  * carved (in random order), and the inaccessible last unit of each region. The default
  * build compiles none of it; its callers' `if (HAKMEM_SECURE)` branches fold away. */
 
-#include "internal.h"
+#include "space/space.h"
 
 #if HAKMEM_SECURE
 

@@ -14,7 +14,7 @@
  *
  * Where the reservation fails (an address-space limit), slab_map_units stays 0 and every
  * free takes that slow path. Entries are written under region_lock, read without it. */
-#include "internal.h"
+#include "space/space.h"
 
 uintptr_t *slab_map;
 size_t slab_map_units;

@@ -5,7 +5,7 @@
  * lock; per-class and total figures come from stats.c's walk, of the classes the name
  * needs. */
 
-#include "internal.h"
+#include "stats/stats.h"
 #include "hakmem.h"
 
 #include <errno.h>

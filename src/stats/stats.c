@@ -2,7 +2,7 @@
  * by walking the heaps; the text report. Nothing here runs on a malloc/free fast path.
  * The same figures by name, and the report in JSON: ctl.c. */
 
-#include "internal.h"
+#include "stats/stats.h"
 #include "hakmem.h"
 
 #include <malloc.h>

@@ -4,7 +4,7 @@
  * buffer to a FILE, to stderr with write(2) (HAKMEM_STATS=json at exit), or into memory.
  * The walk is done first: no lock is held while writing. */
 
-#include "internal.h"
+#include "stats/stats.h"
 #include "hakmem.h"
 
 #include <errno.h>

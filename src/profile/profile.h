@@ -39,11 +39,10 @@
  * Thread safety: the functions keep no state between calls; the caller keeps the
  * samples unchanged during a call.
  */
-#ifndef HAKMEM_PROF_PROTO_H
-#define HAKMEM_PROF_PROTO_H
+#ifndef HAKMEM_PROFILE_H
+#define HAKMEM_PROFILE_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include "base/base.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -81,6 +80,31 @@ int prof_write_file(const char *path, const prof_sample_t *samples, size_t n, in
 /* The compressor on its own: data[0..len) as one gzip member (no name, mtime 0) to fd.
  * Used by the writer; exposed for tests. */
 int prof_gzip_write(int fd, const void *data, size_t len);
+
+/* ---- prof_symbols.c and prof_unwind.c: names and stacks for the heap profiler ---- */
+/* One distinct call stack and what was allocated from it. Values are estimates (sums of
+ * the samples' weights), exact integers in exact mode (HAKMEM_PROF_RATE=1). */
+typedef struct prof_stack {
+  uint64_t hash;  /* 0: slot unused */
+  uint32_t depth;
+  uint32_t pad;
+  double alloc_objects, alloc_bytes, inuse_objects, inuse_bytes;
+  uintptr_t frames[PROF_MAX_DEPTH]; /* return addresses, the allocating function first */
+} prof_stack_t;
+
+/* Writes "name+0xoff (file)" for addr into buf (NUL-terminated, at most size bytes);
+ * the name from dladdr, else from the .symtab of the mapped file, else "??". */
+size_t prof_symbolize(uintptr_t addr, char *buf, size_t size);
+/* The leak report on stderr: the stacks with live bytes, largest first, at most `max`. */
+void prof_leak_report(const prof_stack_t *stacks, const uint32_t *order, size_t count, long rate,
+                      size_t max);
+
+/* ---- prof_unwind.c: the stack of the caller, leaf first (libgcc, cached) ------- */
+void prof_unwind_init(void);          /* finds this library's code, whose frames are dropped */
+uint32_t prof_unwind(uintptr_t *out); /* out: PROF_MAX_DEPTH entries; returns the depth */
+void prof_unwind_thread_exit(void);   /* the thread's cache goes to the next thread */
+void prof_unwind_atfork_child(void);
+
 
 #pragma GCC visibility pop
 
