@@ -4,9 +4,9 @@
  * whole for the next huge block of their size (the list below). Both are bounded by
  * one budget and purged after HAKMEM_PURGE_DELAY_MS, oldest first.
  *
- * Spans are taken and given back through span_alloc/span_free/span_grow/span_shrink
- * here, never by calling region.c directly, so the budget sees every change. All of it
- * runs under region_lock. */
+ * Spans are taken and given back through span.c, never by calling region.c directly,
+ * and span.c tells the budget of every change (purge_note_span_*). All of it runs under
+ * region_lock. */
 
 #include "space/space.h"
 
@@ -304,36 +304,18 @@ size_t purge_pass_background(uint64_t now_ms) {
   }
 }
 
-/* ---- spans, with the budget kept -------------------------------------------------- */
-hak_slab_t *span_alloc(size_t units) {
-  bool fresh;
-  hak_slab_t *s = region_alloc_span(units, &fresh);
-  if (s == NULL) return NULL;
-  note_peak(units * UNIT_SIZE);
+/* ---- what spans do to the budget (span.c) -------------------------------------------- */
+void purge_note_span_taken(size_t bytes, bool fresh) {
+  note_peak(bytes);
   /* New pages were touched while older free ones stay resident: keep within budget. */
   if (fresh && hak_opt.purge_delay_ms > 0) purge_to_budget();
-  return s;
 }
 
-void span_free(hak_slab_t *s, uint64_t now_ms) { span_free_since(s, now_ms, now_ms); }
-
-void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
-  region_free_span(s, freed_ms);
+void purge_note_span_freed(uint64_t freed_ms, uint64_t now_ms) {
   clock_ms = (uint32_t)now_ms;
   peak_window_tick(now_ms);
   if (hak_opt.purge_delay_ms > 0) {
     purge_schedule(freed_ms + (uint64_t)hak_opt.purge_delay_ms);
     purge_to_budget();
   }
-}
-
-bool span_grow(hak_slab_t *s, size_t new_units) {
-  if (region_grow_span(s, new_units) == 0) return false;
-  note_peak(new_units * UNIT_SIZE);
-  return true;
-}
-
-void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
-  hak_slab_t *tail = region_shrink_span(s, new_units);
-  if (tail != NULL) span_free(tail, now_ms);
 }

@@ -1,7 +1,7 @@
 /* space/: the address space. The slab map (unit -> slab, flat, for free's fast path),
  * 64 MiB regions of units with their bitmaps and spans, guard pages and malloc(0) blocks,
  * the hardened build's hooks, and the purge budget: what free memory stays resident and
- * when it goes back. Spans come and go above this layer only through purge.c's span_*. */
+ * when it goes back. Spans come and go above this layer only through span.c's span_*. */
 #ifndef HAKMEM_SPACE_H
 #define HAKMEM_SPACE_H
 
@@ -173,7 +173,7 @@ hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
 _Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= ((uint64_t)1 << 40),
                "slab_is_block_start_owned: block starts below 2^40, other offsets above");
 
-/* Spans, for purge.c only (everything else goes through span_alloc and friends); the
+/* Spans, for span.c only (everything else goes through span_alloc and friends); the
  * caller holds region_lock. region_alloc_span returns the span's descriptor with
  * units/unit_idx set and the unit map pointing at it (its `touched` says what is not
  * zero), or NULL when out of memory; *fresh: it took pages that were not resident. */
@@ -210,14 +210,6 @@ void zero_check(void *p, const char *fn, bool release); /* aborts unless a live 
 /* Freed huge mappings of up to HUGE_KEEP_MAX are kept for reuse in HUGE_KEEP_SLOTS. */
 #define HUGE_KEEP_SLOTS 4
 #define HUGE_KEEP_MAX ((size_t)64 << 20)
-/* The only way spans are taken and given back above region.c (caller holds
- * region_lock), so the budget sees every change. */
-hak_slab_t *span_alloc(size_t units);
-void span_free(hak_slab_t *s, uint64_t now_ms);
-/* The same, for a span whose blocks all came back at some time since freed_ms. */
-void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms);
-bool span_grow(hak_slab_t *s, size_t new_units); /* in place, or false */
-void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 /* Purge what was freed delay_ms ago or more (delay 0: all; < 0: nothing); caller holds
  * region_lock. Returns the bytes given back. */
 size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions);
@@ -238,6 +230,20 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
                      uintptr_t *evicted_base, size_t *evicted_size);
 /* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
 uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
+/* span.c's changes: bytes came into use (fresh: pages that were not resident), or a
+ * span freed at freed_ms went back to its region. */
+void purge_note_span_taken(size_t bytes, bool fresh);
+void purge_note_span_freed(uint64_t freed_ms, uint64_t now_ms);
+
+/* ---- span.c: spans taken and given back, the budget kept ------------------------ */
+/* The only way spans are taken and given back above region.c (caller holds
+ * region_lock), so the budget sees every change. */
+hak_slab_t *span_alloc(size_t units);
+void span_free(hak_slab_t *s, uint64_t now_ms);
+/* The same, for a span whose blocks all came back at some time since freed_ms. */
+void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms);
+bool span_grow(hak_slab_t *s, size_t new_units); /* in place, or false */
+void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 
 #pragma GCC visibility pop
 
