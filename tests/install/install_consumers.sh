@@ -17,6 +17,7 @@ unset LD_LIBRARY_PATH LD_PRELOAD || true
 # and `-o release` keeps make from configuring or building it again.
 ln -s "$build" "$work/builds/release"
 mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$top" -o release BUILD="$work/builds" "$@" install; }
+command -v make >/dev/null 2>&1 || fail "make is not installed (build-essential): the README's install command needs it"
 mk PREFIX="$prefix" DESTDIR="$work/stage" >"$work/install-staged.log" 2>&1 ||
   { cat "$work/install-staged.log"; fail "make install DESTDIR=... failed"; }
 [ -n "$(find "$work/stage$prefix" -name 'libhakmem.so*' 2>/dev/null)" ] ||
