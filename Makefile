@@ -6,6 +6,10 @@ JOBS    ?= $(shell nproc)
 CMAKE   ?= cmake
 GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 PYTHON  ?= python3
+# `make install PREFIX=DIR`, and DESTDIR for a staged install (packages): files land in
+# $(DESTDIR)$(PREFIX), and are made to work from $(PREFIX).
+PREFIX  ?= /usr/local
+DESTDIR ?=
 
 .PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full bench-programs bench-hardened perfcheck perfcheck-update install clean
 
@@ -32,7 +36,10 @@ test-debug: debug
 test-ubsan: ubsan
 	cd $(BUILD)/ubsan && ctest -j $(JOBS) --output-on-failure --timeout 600 -LE preload
 
-test: test-release test-debug test-ubsan
+# Every build is tried even when one fails; one summary at the end says what failed where.
+TEST_BUILDS ?= release debug ubsan
+test:
+	@MAKE="$(MAKE)" BUILD="$(BUILD)" sh tools/test_all.sh $(TEST_BUILDS)
 
 # Portability: cross-built for 64-bit Arm with warnings as errors, tests under qemu-user
 # (see .ci/aarch64 for the packages it needs and the tests it leaves out).
@@ -66,7 +73,7 @@ perfcheck-update: release
 	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench --update
 
 install: release
-	$(CMAKE) --install $(BUILD)/release
+	DESTDIR="$(DESTDIR)" $(CMAKE) --install $(BUILD)/release --prefix "$(PREFIX)"
 
 clean:
 	rm -rf $(BUILD)

@@ -76,7 +76,7 @@ HAK_API void hak_get_info(hak_info_t *info);
  * Every figure of the statistics report, and every option in force, has a stable dotted
  * name: "total.in_use", "tier.large.live_bytes", "class.5.live_blocks",
  * "remote.pushes", "purge.madvise_calls", "threads.alive", "opt.purge_delay_ms", ...
- * (hak_ctl_describe lists them; so does the README's table). Every value is a 64-bit
+ * (hak_ctl_describe lists them; so does docs/stats.md). Every value is a 64-bit
  * integer: an int64_t for a signed name (only opt.purge_delay_ms, whose -1 means
  * "never"), a uint64_t for the others. A figure marked exact counts every event; an
  * approximate one is a snapshot taken while other threads run, or an estimate.
@@ -96,7 +96,7 @@ HAK_API int hak_ctl_get(const char *name, void *out, size_t *len);
  * uint64_t. Writable: opt.purge_delay_ms (-1, or 0 .. 2^31-1), opt.region_cache
  * (0 .. 2^20), opt.stats (0 off, 1 text, 2 JSON at exit); the others give -EPERM. */
 HAK_API int hak_ctl_set(const char *name, const void *in, size_t len);
-/* The report in JSON (schema: README, "Monitoring and debugging"): to `out`, which
+/* The report in JSON (docs/stats.md; schema: docs/stats-schema.json): to `out`, which
  * stays open; 0, -EINVAL for a NULL stream, or -EIO if writing failed. */
 HAK_API int hak_stats_json(FILE *out);
 /* The same into buf, NUL-terminated. *needed (if not NULL) receives the bytes the whole
@@ -117,7 +117,7 @@ typedef struct hak_ctl_desc {
 } hak_ctl_desc_t;
 HAK_API const hak_ctl_desc_t *hak_ctl_describe(size_t index);
 
-/* The sampling heap profiler (README "Profiling", docs/profiling.md). Off unless
+/* The sampling heap profiler (docs/profiling.md). Off unless
  * HAKMEM_PROF=1 or hak_prof_start. It records the call stack of one allocation per
  * `rate` bytes on average (1: every allocation) and writes pprof heap profiles.
  * hak_prof_start: rate 0 keeps HAKMEM_PROF_RATE (default 512 KiB); returns 0, ENOMEM if

@@ -1,7 +1,7 @@
 /* Prints what check_stats.py checks, from hakmem's table of names (hak_ctl_describe):
  *   names      every name, class names once per class: "name signed exact writable"
  *   templates  the table's entries as they are ("class.<n>.slabs"), the same way
- *   markdown   the README's table of names
+ *   markdown   the table of names in docs/stats.md
  *   json       the report, hak_stats_json(stdout), after allocating a few blocks
  *   json-buf   the same through hak_stats_json_buf
  *   values     "name value" for every name, as hak_ctl_get reads it
