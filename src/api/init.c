@@ -93,5 +93,5 @@ void hak_fini(void) {}
 __attribute__((destructor)) static void hak_destructor(void) {
   /* The exit profile and leak report, before the statistics. */
   if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_exit();
-  if (hak_opt.stats) stats_print(stderr);
+  if (hak_opt.stats) stats_print_at_exit();
 }

@@ -187,6 +187,7 @@ int hak_ls_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const
 
 /* ---- error.c: one-line reports, then abort; calls nothing of hakmem's ------------ */
 void hak_write_stderr(const char *msg, size_t len); /* write(2) all of it, no allocation */
+void hak_write_fd(int fd, const char *msg, size_t len); /* the same to fd */
 size_t hak_fmt_dec(char *buf, uint64_t v); /* digits at buf, no NUL; returns how many */
 size_t hak_fmt_hex(char *buf, uint64_t v); /* "0x" and hex digits, no NUL */
 _Noreturn void hak_fatal(const char *msg);
@@ -237,8 +238,16 @@ typedef struct hak_options {
   long prof_rate;       /* HAKMEM_PROF_RATE: mean bytes between samples; 1 every one */
   long prof_peak_step;  /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
   const char *prof_prefix; /* HAKMEM_PROF_PREFIX: files are prefix.<pid>[.what].heap */
+  const char *stats_file; /* HAKMEM_STATS_FILE: the report at exit there (%p: the pid) */
 } hak_options_t;
 extern hak_options_t hak_opt;
+/* Where the report at exit goes: HAKMEM_STATS_FILE opened afresh (*own_file: a file of
+ * this process's own, its name has %p), else the stderr the process started with (a
+ * private duplicate, close-on-exec, taken when a report is asked for), else fd 2; -1: none.
+ * options_report_done closes what options_report_fd opened. */
+void options_keep_stderr(void);
+int options_report_fd(bool *own_file);
+void options_report_done(int fd);
 /* How often a heap looks at its full slabs and the purge clock, at most. */
 #define DEFERRED_PERIOD_MS 10
 /* The purge delay, but no shorter than a deferred period: how often the per-delay work

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-void hak_write_stderr(const char *msg, size_t len) {
+void hak_write_stderr(const char *msg, size_t len) { hak_write_fd(2, msg, len); }
+
+void hak_write_fd(int fd, const char *msg, size_t len) {
   while (len > 0) {
-    ssize_t w = write(2, msg, len);
+    ssize_t w = write(fd, msg, len);
     if (w <= 0) {
       if (w < 0 && errno == EINTR) continue;
       return;

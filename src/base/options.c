@@ -3,10 +3,12 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 hak_options_t hak_opt = {
@@ -23,10 +25,11 @@ hak_options_t hak_opt = {
 static void put_stderr(const char *text) { hak_write_stderr(text, strlen(text)); }
 
 /* A value we cannot use is reported, not silently dropped: a typo such as
- * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect. */
-static void warn_ignored(const char *name, const char *value, const char *expected) {
-  const char *parts[] = {"hakmem: ignoring ", name, "=", value, " (expected ", expected,
-                         "); the default stays\n"};
+ * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect.
+ * The message lists the values the option takes, as its ctl name documents them. */
+static void warn_ignored(const char *name, const char *value, const char *takes) {
+  const char *parts[] = {"hakmem: ignoring ", name, "=", value, *value ? " (takes " : " (empty; takes ",
+                         takes, "); the default stays\n"};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
 }
 
@@ -35,46 +38,83 @@ static void warn_ignored(const char *name, const char *value, const char *expect
  * its allocator or make it print statistics. */
 static const char *option_value(const char *name) { return secure_getenv(name); }
 
-static bool read_long(const char *name, long min, const char *expected, long *out) {
-  const char *v = option_value(name);
-  if (v == NULL || *v == '\0') return false;
+/* Every option: its name, what it takes (the words of its message and of its ctl name's
+ * description) and where it goes. A number takes min .. max, and -1 too where
+ * minus_one is set. */
+enum kind { K_NUMBER, K_SWITCH, K_STATS, K_BACKGROUND, K_TEXT };
+typedef struct option {
+  const char *name, *takes;
+  uint8_t kind;
+  bool minus_one;
+  long min, max;
+  void *to;
+} option_t;
+
+#define SWITCH_VALUES "1/0, true/false, yes/no or on/off"
+static const option_t options[] = {
+    {"HAKMEM_PURGE_DELAY_MS", "-1 or 0 .. 2^31-1", K_NUMBER, true, 0, INT32_MAX, &hak_opt.purge_delay_ms},
+    {"HAKMEM_REGION_CACHE", "0 .. 2^20", K_NUMBER, false, 0, 1L << 20, &hak_opt.region_cache},
+    {"HAKMEM_THP", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.thp},
+    {"HAKMEM_STATS", "1/0, true/false, yes/no, on/off or json", K_STATS, false, 0, 0, &hak_opt.stats},
+    {"HAKMEM_STATS_FILE", "a file name, %p for the pid", K_TEXT, false, 0, 0, &hak_opt.stats_file},
+    {"HAKMEM_BACKGROUND", SWITCH_VALUES, K_BACKGROUND, false, 0, 0, &hak_opt.background},
+    {"HAKMEM_PROF", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.prof},
+    {"HAKMEM_PROF_RATE", "1 .. 2^40", K_NUMBER, false, 1, 1L << 40, &hak_opt.prof_rate},
+    {"HAKMEM_PROF_PREFIX", "a path prefix", K_TEXT, false, 0, 0, &hak_opt.prof_prefix},
+    {"HAKMEM_PROF_PEAK_STEP", "0 .. 2^50", K_NUMBER, false, 0, 1L << 50, &hak_opt.prof_peak_step},
+    {"HAKMEM_PROF_LEAKS", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.prof_leaks},
+};
+#define OPTION_COUNT (sizeof options / sizeof options[0])
+
+static bool parse_number(const option_t *o, const char *v, long *out) {
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
-  if (*end != '\0' || errno == ERANGE || x < min) {
-    warn_ignored(name, v, expected);
-    return false;
-  }
+  if (end == v || *end != '\0' || errno == ERANGE) return false;
+  if (!(x >= o->min && x <= o->max) && !(o->minus_one && x == -1)) return false;
   *out = x;
   return true;
 }
 
-static void read_bool(const char *name, bool *out) {
+static bool parse_switch(const char *v, bool *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"};
   static const char *const no[] = {"0", "false", "no", "off"};
-  const char *v = option_value(name);
-  if (v == NULL || *v == '\0') return;
   for (size_t i = 0; i < 4; i++) {
-    if (strcasecmp(v, yes[i]) == 0) { *out = true; return; }
-    if (strcasecmp(v, no[i]) == 0) { *out = false; return; }
+    if (strcasecmp(v, yes[i]) == 0) { *out = true; return true; }
+    if (strcasecmp(v, no[i]) == 0) { *out = false; return true; }
   }
-  warn_ignored(name, v, "1/0, true/false, yes/no or on/off");
+  return false;
+}
+
+/* Reads one option, if set: true when its value was taken. */
+static bool read_option(const option_t *o) {
+  const char *v = option_value(o->name);
+  if (v == NULL) return false;
+  bool ok = *v != '\0';
+  if (ok) {
+    switch ((enum kind)o->kind) {
+    case K_NUMBER: ok = parse_number(o, v, o->to); break;
+    case K_SWITCH: ok = parse_switch(v, o->to); break;
+    case K_STATS: /* json is read by stats_json.c */
+      if (strcasecmp(v, "json") == 0) hak_opt.stats_json = true;
+      else ok = parse_switch(v, o->to);
+      break;
+    case K_BACKGROUND: /* `test-fail`: for the tests only, on but cannot be created */
+      if (strcmp(v, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;
+      else ok = parse_switch(v, o->to);
+      break;
+    case K_TEXT: *(const char **)o->to = v; break;
+    }
+  }
+  if (!ok) warn_ignored(o->name, v, o->takes);
+  return ok;
 }
 
 /* A HAKMEM_ name that is none of ours is reported too: a misspelt one, such as
  * HAKMEM_PURGE_DELAY=0, would otherwise be a setting that silently does nothing. */
-static const char *const option_names[] = {"HAKMEM_PURGE_DELAY_MS", "HAKMEM_REGION_CACHE",
-                                           "HAKMEM_THP", "HAKMEM_STATS", "HAKMEM_BACKGROUND",
-                                           "HAKMEM_PROF", "HAKMEM_PROF_RATE",
-                                           "HAKMEM_PROF_PREFIX", "HAKMEM_PROF_PEAK_STEP",
-                                           "HAKMEM_PROF_LEAKS"};
-enum { OPT_PURGE_DELAY_MS, OPT_REGION_CACHE, OPT_THP, OPT_STATS, OPT_BACKGROUND,
-       OPT_PROF, OPT_PROF_RATE, OPT_PROF_PREFIX, OPT_PROF_PEAK_STEP, OPT_PROF_LEAKS,
-       OPTION_COUNT = sizeof option_names / sizeof option_names[0] };
-
 static bool known_option(const char *entry, size_t len) {
   for (size_t i = 0; i < OPTION_COUNT; i++)
-    if (strlen(option_names[i]) == len && memcmp(entry, option_names[i], len) == 0) return true;
+    if (strlen(options[i].name) == len && memcmp(entry, options[i].name, len) == 0) return true;
   return false;
 }
 
@@ -89,7 +129,7 @@ static void warn_unknown_names(void) {
     put_stderr(" (known:");
     for (size_t i = 0; i < OPTION_COUNT; i++) {
       put_stderr(" ");
-      put_stderr(option_names[i]);
+      put_stderr(options[i].name);
     }
     put_stderr(")\n");
   }
@@ -109,31 +149,93 @@ static bool any_option(void) {
   return false;
 }
 
+/* ---- where the report at exit goes ------------------------------------------------
+ * Many programs close or redirect fd 2 before they exit (coreutils close stderr), so a
+ * report asked for at start-up keeps a duplicate of the stderr the process started with:
+ * close-on-exec (an exec'd program takes its own), and numbered from 100 up so that the
+ * low numbers a program expects open() to return stay free. A program that closes every
+ * descriptor may reuse that number for a file of its own: the report goes there only if
+ * it is still the same file. */
+#define REPORT_FD_FLOOR 100
+static int kept_fd = -1;
+static dev_t kept_dev;
+static ino_t kept_ino;
+
+void options_keep_stderr(void) {
+  struct stat st;
+  if (kept_fd >= 0 || hak_opt.stats_file != NULL || fstat(2, &st) != 0) return;
+  int fd = fcntl(2, F_DUPFD_CLOEXEC, REPORT_FD_FLOOR);
+  if (fd < 0) fd = fcntl(2, F_DUPFD_CLOEXEC, 3); /* a descriptor limit under 100 */
+  if (fd < 0) return;
+  kept_fd = fd;
+  kept_dev = st.st_dev;
+  kept_ino = st.st_ino;
+}
+
+static bool kept_is_stderr(void) {
+  struct stat st;
+  return kept_fd >= 0 && fstat(kept_fd, &st) == 0 && st.st_dev == kept_dev && st.st_ino == kept_ino;
+}
+
+/* HAKMEM_STATS_FILE with each %p replaced by the pid (and %% by %); false if too long. */
+static bool stats_file_name(char *buf, size_t cap, bool *has_pid) {
+  size_t at = 0;
+  *has_pid = false;
+  for (const char *p = hak_opt.stats_file; *p != '\0'; p++) {
+    char digits[24];
+    size_t n = 1;
+    if (p[0] == '%' && p[1] == 'p') {
+      n = hak_fmt_dec(digits, (uint64_t)getpid());
+      *has_pid = true;
+      p++;
+    } else {
+      digits[0] = p[0];
+      if (p[0] == '%' && p[1] == '%') p++;
+    }
+    if (at + n >= cap) return false;
+    memcpy(buf + at, digits, n);
+    at += n;
+  }
+  buf[at] = '\0';
+  return true;
+}
+
+int options_report_fd(bool *own_file) {
+  *own_file = false;
+  if (hak_opt.stats_file != NULL) {
+    char name[4096];
+    bool has_pid;
+    int fd = -1;
+    errno = ENAMETOOLONG;
+    if (stats_file_name(name, sizeof name, &has_pid)) {
+      /* A file of its own is rewritten; a shared one gets one report more. */
+      int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (has_pid ? O_TRUNC : O_APPEND);
+      fd = open(name, flags, 0644);
+    }
+    if (fd >= 0) {
+      *own_file = has_pid;
+      return fd;
+    }
+    const char *parts[] = {"hakmem: cannot write the stats report to HAKMEM_STATS_FILE=",
+                           hak_opt.stats_file, ": ", strerror(errno),
+                           "; it goes to stderr\n"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
+  }
+  if (kept_is_stderr()) return kept_fd;
+  return fcntl(2, F_GETFD) >= 0 ? 2 : -1;
+}
+
+void options_report_done(int fd) {
+  if (fd > 2 && fd != kept_fd) close(fd);
+}
+
 void options_init(void) {
   if (!any_option()) return;
   int saved_errno = errno; /* start-up must not leave errno changed for the caller */
   warn_unknown_names();
-  long x;
-  if (read_long(option_names[OPT_PURGE_DELAY_MS], LONG_MIN, "milliseconds, or -1 for never", &x))
-    hak_opt.purge_delay_ms = x < 0 ? -1 : x;
-  if (read_long(option_names[OPT_REGION_CACHE], 0, "a count of regions, 0 or more", &x))
-    hak_opt.region_cache = x;
-  read_bool(option_names[OPT_THP], &hak_opt.thp);
-  const char *stats = option_value(option_names[OPT_STATS]);
-  if (stats != NULL && strcasecmp(stats, "json") == 0) hak_opt.stats_json = true; /* ctl.c */
-  else read_bool(option_names[OPT_STATS], &hak_opt.stats);
-  /* `test-fail`: for the tests only, the purge thread is on but cannot be created. */
-  const char *bg = option_value(option_names[OPT_BACKGROUND]);
-  if (bg != NULL && strcmp(bg, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;
-  else read_bool(option_names[OPT_BACKGROUND], &hak_opt.background);
-  read_bool(option_names[OPT_PROF], &hak_opt.prof);
-  read_bool(option_names[OPT_PROF_LEAKS], &hak_opt.prof_leaks);
+  for (size_t i = 0; i < OPTION_COUNT; i++) read_option(&options[i]);
   if (hak_opt.prof_leaks) hak_opt.prof = true; /* a leak report needs the samples */
-  if (read_long(option_names[OPT_PROF_RATE], 1, "bytes between samples, 1 or more", &x))
-    hak_opt.prof_rate = x;
-  if (read_long(option_names[OPT_PROF_PEAK_STEP], 0, "bytes, 0 for no peak profiles", &x))
-    hak_opt.prof_peak_step = x;
-  const char *prefix = option_value(option_names[OPT_PROF_PREFIX]);
-  if (prefix != NULL && *prefix != '\0') hak_opt.prof_prefix = prefix;
+  if (hak_opt.stats_file != NULL && !hak_opt.stats_json) hak_opt.stats = true;
+  if (hak_opt.stats || hak_opt.stats_json) options_keep_stderr();
   errno = saved_errno;
 }

@@ -434,6 +434,7 @@ hak_export int hak_ctl_set(const char *name, const void *in, size_t len) {
     return 0;
   case F_OPT_STATS:
     if (u > 2) return -EINVAL;
+    if (u != 0) options_keep_stderr(); /* where the report at exit goes */
     __atomic_store_n(&hak_opt.stats, u == 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hak_opt.stats_json, u == 2, __ATOMIC_RELAXED);
     return 0;

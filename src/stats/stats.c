@@ -118,7 +118,11 @@ struct mallinfo2 hak_mallinfo2(void) {
   return mi;
 }
 
+/* The descriptor stderr's report goes to: fd 2, or at exit options_report_fd's. */
+static int report_fd = 2;
+
 /* printf into a stack buffer and write(2): no stdio buffers, no allocation. */
+static void out(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void out(FILE *f, const char *fmt, ...) {
   char buf[512];
   va_list ap;
@@ -128,7 +132,7 @@ static void out(FILE *f, const char *fmt, ...) {
   if (n <= 0) return;
   if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
   if (f == stderr) {
-    hak_write_stderr(buf, (size_t)n);
+    hak_write_fd(report_fd, buf, (size_t)n);
   } else {
     fwrite(buf, 1, (size_t)n, f);
   }
@@ -179,11 +183,15 @@ void stats_print(FILE *f) {
   bool map_reserved = __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
   out(f, "  slab map: %s\n", map_reserved ? "reserved (free's fast path)"
                                         : "not reserved (every free asks the region header)");
-  out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s\n",
+  out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
+      "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s\n",
       __atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED),
       __atomic_load_n(&hak_opt.region_cache, __ATOMIC_RELAXED), (int)hak_opt.thp,
       __atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED) ? "json"
-      : __atomic_load_n(&hak_opt.stats, __ATOMIC_RELAXED)    ? "1" : "0");
+      : __atomic_load_n(&hak_opt.stats, __ATOMIC_RELAXED)    ? "1" : "0",
+      (int)hak_opt.background, (int)hak_opt.prof, hak_opt.prof_rate, hak_opt.prof_peak_step,
+      (int)hak_opt.prof_leaks, hak_opt.prof_prefix ? hak_opt.prof_prefix : "(default)",
+      hak_opt.stats_file ? hak_opt.stats_file : "(stderr)");
   hak_prof_info_t prof;
   hak_prof_get_info(&prof);
   if (prof.table_bytes != 0)
@@ -191,6 +199,17 @@ void stats_print(FILE *f) {
         prof.active ? "on" : "off", prof.rate, (unsigned long long)prof.samples, prof.stacks,
         prof.live_samples, mib(prof.live_bytes_estimate), (unsigned long long)prof.dropped,
         mib(prof.table_bytes));
+}
+
+/* HAKMEM_STATS=1: the text report at exit, where options_report_fd says. */
+void stats_print_at_exit(void) {
+  bool own_file;
+  int fd = options_report_fd(&own_file);
+  if (fd < 0) return;
+  report_fd = fd;
+  stats_print(stderr);
+  report_fd = 2;
+  options_report_done(fd);
 }
 
 hak_export void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }

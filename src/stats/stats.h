@@ -14,6 +14,7 @@ typedef struct stats_walk {
 } stats_walk_t;
 void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end);
 void stats_print(FILE *out);
+void stats_print_at_exit(void); /* HAKMEM_STATS=1 */
 struct mallinfo2 hak_mallinfo2(void);
 
 /* ---- ctl.c: figures and options by name ------------------------------------------ */

@@ -16,7 +16,8 @@
 
 typedef struct sink {
   FILE *file;
-  bool to_stderr;
+  int fd;        /* or to this descriptor, if >= 0 */
+  bool compact;  /* one line (JSON Lines), not the indented form */
   char *mem;     /* or into here, up to cap bytes with the NUL */
   size_t cap;
   size_t total;  /* bytes of the report so far */
@@ -26,13 +27,13 @@ typedef struct sink {
 
 static void sink_flush(sink_t *s) {
   if (s->held == 0) return;
-  if (s->to_stderr) hak_write_stderr(s->buf, s->held);
+  if (s->fd >= 0) hak_write_fd(s->fd, s->buf, s->held);
   else if (s->file != NULL) fwrite(s->buf, 1, s->held, s->file);
   s->held = 0;
 }
 
 static void put(sink_t *s, const char *text, size_t n) {
-  if (s->mem != NULL || (s->file == NULL && !s->to_stderr)) {
+  if (s->mem != NULL || (s->file == NULL && s->fd < 0)) {
     for (size_t i = 0; i < n; i++, s->total++)
       if (s->mem != NULL && s->total + 1 < s->cap) s->mem[s->total] = text[i];
     return;
@@ -60,6 +61,7 @@ static void putf(sink_t *s, const char *fmt, ...) {
 
 static void indent(sink_t *s, int depth) {
   static const char spaces[] = "                ";
+  if (s->compact) return;
   put(s, spaces, (size_t)(2 * depth) < sizeof spaces - 1 ? (size_t)(2 * depth) : sizeof spaces - 1);
 }
 
@@ -103,14 +105,15 @@ typedef struct json_state {
 static void json_close_to(sink_t *s, json_state_t *st, int depth) {
   while (st->open.count > depth) {
     int k = --st->open.count;
-    put(s, "\n", 1);
+    if (!s->compact) put(s, "\n", 1);
     indent(s, k + 1);
     put(s, &st->close[k], 1);
   }
 }
 
 static void json_separate(sink_t *s, json_state_t *st, int depth) {
-  put(s, st->first[depth] ? "\n" : ",\n", st->first[depth] ? 1 : 2);
+  if (!st->first[depth]) put(s, ",", 1);
+  if (!s->compact) put(s, "\n", 1);
   st->first[depth] = false;
   indent(s, depth + 1);
 }
@@ -118,7 +121,7 @@ static void json_separate(sink_t *s, json_state_t *st, int depth) {
 static void json_key(sink_t *s, const char *at, size_t len) {
   put(s, "\"", 1);
   put(s, at, len);
-  put(s, "\": ", 3);
+  put(s, "\": ", s->compact ? 2 : 3);
 }
 
 static void json_member(sink_t *s, json_state_t *st, const parts_t *p, uint64_t v, bool is_signed) {
@@ -155,7 +158,7 @@ static void json_report(sink_t *s) {
   stats_walk(&w, 0, NUM_CLASSES);
   json_state_t st;
   memset(&st, 0, sizeof st);
-  putf(s, "{\n  \"schema\": %d,\n  \"version\": \"%d.%d.%d\"", HAKMEM_STATS_SCHEMA,
+  putf(s, s->compact ? "{\"schema\":%d,\"version\":\"%d.%d.%d\"" : "{\n  \"schema\": %d,\n  \"version\": \"%d.%d.%d\"", HAKMEM_STATS_SCHEMA,
        HAKMEM_VERSION_MAJOR, HAKMEM_VERSION_MINOR, HAKMEM_VERSION_PATCH);
   const hak_ctl_desc_t *d;
   for (size_t i = 0; (d = hak_ctl_describe(i)) != NULL; i++) {
@@ -176,14 +179,15 @@ static void json_report(sink_t *s) {
     i = end - 1;
   }
   json_close_to(s, &st, 0);
-  put(s, "\n}\n", 3);
+  if (s->compact) put(s, "}\n", 2);
+  else put(s, "\n}\n", 3);
   sink_flush(s);
 }
 
 hak_export int hak_stats_json(FILE *out) {
   if (out == NULL) return -EINVAL;
   ctl_ensure_init();
-  sink_t s = {.file = out};
+  sink_t s = {.file = out, .fd = -1};
   json_report(&s);
   return ferror(out) ? -EIO : 0;
 }
@@ -191,16 +195,22 @@ hak_export int hak_stats_json(FILE *out) {
 hak_export int hak_stats_json_buf(char *buf, size_t len, size_t *needed) {
   if (buf == NULL && len != 0) return -EINVAL;
   ctl_ensure_init();
-  sink_t s = {.mem = buf, .cap = len};
+  sink_t s = {.mem = buf, .cap = len, .fd = -1};
   json_report(&s);
   if (len > 0) buf[s.total < len ? s.total : len - 1] = '\0';
   if (needed != NULL) *needed = s.total + 1;
   return s.total < len ? 0 : -ERANGE;
 }
 
-/* HAKMEM_STATS=json: the report at exit, on stderr (text: init.c). */
+/* HAKMEM_STATS=json: the report at exit (text: init.c), where options_report_fd says:
+ * indented in a file of its own, else one line, so that the reports of the processes
+ * sharing a stream (a launcher's children, a shell pipeline) can be told apart. */
 __attribute__((destructor)) static void ctl_report_at_exit(void) {
   if (!__atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED)) return;
-  sink_t s = {.to_stderr = true};
+  bool own_file;
+  int fd = options_report_fd(&own_file);
+  if (fd < 0) return;
+  sink_t s = {.fd = fd, .compact = !own_file};
   json_report(&s);
+  options_report_done(fd);
 }

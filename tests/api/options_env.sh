@@ -27,8 +27,8 @@ run HAKMEM_PURGE_DELAY_MS=0 HAKMEM_REGION_CACHE=5 HAKMEM_THP=on
 expect "options: purge_delay_ms=0 region_cache=5 thp=1" "good values"
 expect_not "hakmem: ignoring" "good values"
 
-run HAKMEM_PURGE_DELAY_MS=-7 HAKMEM_THP=No
-expect "options: purge_delay_ms=-1 region_cache=2 thp=0" "negative delay means never"
+run HAKMEM_PURGE_DELAY_MS=-1 HAKMEM_THP=No
+expect "options: purge_delay_ms=-1 region_cache=2 thp=0" "-1 means never"
 expect_not "hakmem: ignoring" "negative delay"
 
 run HAKMEM_PURGE_DELAY_MS=10ms HAKMEM_REGION_CACHE=-3 HAKMEM_THP=maybe HAKMEM_STATS=2
@@ -41,6 +41,13 @@ expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept"
 run HAKMEM_PURGE_DELAY_MS=99999999999999999999999
 expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=99999999999999999999999" "out of range"
 expect "options: purge_delay_ms=100 " "default kept after out of range"
+
+run HAKMEM_PURGE_DELAY_MS=-5 HAKMEM_REGION_CACHE=2000000 HAKMEM_THP= HAKMEM_STATS=xml
+expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=-5 (takes -1 or 0 .. 2^31-1)" "delay below -1"
+expect "hakmem: ignoring HAKMEM_REGION_CACHE=2000000 (takes 0 .. 2^20)" "region cache above 2^20"
+expect "hakmem: ignoring HAKMEM_THP= (empty; takes 1/0" "an empty value"
+expect "hakmem: ignoring HAKMEM_STATS=xml (takes 1/0, true/false, yes/no, on/off or json)" "STATS lists json"
+expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept after range errors"
 
 run HAKMEM_PURGE_DELAY=0 HAKMEM_Stats=1 HAKMEM_THP=1
 expect "hakmem: ignoring unknown option HAKMEM_PURGE_DELAY (known: HAKMEM_PURGE_DELAY_MS " "misspelt name"

@@ -281,27 +281,75 @@ def cmd_double_free(args, pprof, prefix):
           "a sampled block freed twice: %d %s" % (out.returncode, out.stderr))
 
 
-def cmd_tool(args, pprof, prefix):
-    """tools/hakmem-prof: a peak and an exit picture and the top-20 table."""
+def run_tool(args, pprof, argv, out_dir, env=None):
     tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "hakmem-prof")
-    out_dir = prefix + "-out"
     shutil.rmtree(out_dir, ignore_errors=True)
-    env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":" + os.path.dirname(pprof))
+    if env is None:
+        env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":" + os.path.dirname(pprof))
     out = subprocess.run([sys.executable, tool, "-o", out_dir, "--lib", args.lib, "--rate", "1",
-                          "--peak-step", "1000000", "--", args.sites, "peak"],
+                          "--peak-step", "1000000", "--"] + argv,
                          env=env, capture_output=True, text=True, timeout=240)
-    sys.stdout.write(out.stdout + out.stderr)
-    check(out.returncode == 0, "hakmem-prof failed")
+    sys.stdout.write("$ hakmem-prof %s -> %d\n%s%s" % (" ".join(argv), out.returncode, out.stdout, out.stderr))
+    check("Traceback" not in out.stderr, "hakmem-prof %s: a traceback" % argv)
+    return out
+
+
+def tool_lines(out):
+    return [l for l in (out.stdout + out.stderr).splitlines() if l.startswith("hakmem-prof:")]
+
+
+def cmd_tool(args, pprof, prefix):
+    """tools/hakmem-prof: the pictures of a non-empty profile, none (and a line saying so)
+    for an empty one, the top-20 table, one line for each failure, the program's status."""
+    drawing = shutil.which("dot") or any(
+        os.path.exists(p) for p in (shutil.which("inferno-flamegraph") or "",
+                                    os.path.expanduser("~/.cargo/bin/inferno-flamegraph")))
+    flame = "flame graph"
+    # 1. peak: a peak profile holding site_peak, an exit profile with nothing live.
+    out_dir = prefix + "-peak"
+    out = run_tool(args, pprof, [args.sites, "peak"], out_dir)
+    check(out.returncode == 0, "hakmem-prof peak: status %d" % out.returncode)
     with open(os.path.join(out_dir, "top.txt")) as f:
         top = f.read()
     check("== peak" in top and "== exit" in top, "top.txt lacks the peak or the exit table")
     check("site_peak" in top, "top.txt does not name site_peak")
-    check(os.path.exists(os.path.join(out_dir, "exit.svg")), "no exit picture")
-    if "flame graph" in out.stdout:
-        with open(os.path.join(out_dir, "peak.svg")) as f:
-            check("site_peak" in f.read(), "the peak flame graph does not show site_peak")
+    check(any("exit: nothing live" in l for l in tool_lines(out)), "no line says the exit profile is empty")
+    check(not os.path.exists(os.path.join(out_dir, "exit.svg")), "a picture of an empty exit profile")
+    if drawing:
+        check(os.path.exists(os.path.join(out_dir, "peak.svg")), "no peak picture")
+        if flame in out.stdout and os.path.exists(os.path.join(out_dir, "peak.svg")):
+            with open(os.path.join(out_dir, "peak.svg")) as f:
+                check("site_peak" in f.read(), "the peak flame graph does not show site_peak")
     else:
-        print("no inferno-flamegraph: the pictures are not checked")
+        print("no drawing tool here: the pictures are not checked")
+    # 2. sites: the exit profile holds the leaked blocks, so it must be drawn.
+    out_dir = prefix + "-leak"
+    out = run_tool(args, pprof, [args.sites, "sites", "10"], out_dir)
+    check(out.returncode == 0, "hakmem-prof sites: status %d" % out.returncode)
+    if drawing:
+        svg = os.path.join(out_dir, "exit.svg")
+        check(os.path.exists(svg), "no picture of a non-empty exit profile")
+        if flame in out.stdout and os.path.exists(svg):
+            with open(svg) as f:
+                check("site_leak" in f.read(), "the exit flame graph does not show site_leak")
+    # 3. no drawing tool at all: one line that says so (not "nothing live"), status 1.
+    bare = prefix + "-bin"
+    shutil.rmtree(bare, ignore_errors=True)
+    os.makedirs(bare)
+    os.symlink(pprof, os.path.join(bare, "pprof"))
+    env = dict(os.environ, PATH=bare, HOME=bare)
+    out = run_tool(args, pprof, [args.sites, "sites", "10"], prefix + "-bare", env)
+    lines = [l for l in tool_lines(out) if "no drawing tool" in l]
+    check(out.returncode == 1 and len(lines) == 1, "without a drawing tool: status %d, lines %s" %
+          (out.returncode, lines))
+    # 4. the program's exit status is passed on, also when it exits early.
+    out = run_tool(args, pprof, ["/bin/sh", "-c", "exit 3"], prefix + "-status")
+    check(out.returncode == 3, "sh -c 'exit 3': status %d, expected 3" % out.returncode)
+    # 5. a program that does not exist: one line, status 2.
+    out = run_tool(args, pprof, [prefix + "-no-such-program"], prefix + "-missing")
+    lines = tool_lines(out)
+    check(out.returncode == 2 and len(lines) == 1 and "program not found" in lines[0],
+          "a missing program: status %d, lines %s" % (out.returncode, lines))
 
 
 def main():
