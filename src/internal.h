@@ -211,19 +211,18 @@ hak_inline unsigned region_map_kind(uintptr_t a) {
   if (hak_unlikely(i >= REGION_MAP_ENTRIES)) return MAP_NONE;
   return region_map[i];
 }
-/* Is a the start of a block of s? (offset divisible by the size, by multiplication) */
-hak_inline bool slab_is_block_start(const hak_slab_t *s, uintptr_t a) {
-  return a * s->div_magic - s->start_magic < s->div_magic;
+/* The start of a block that carving has reached, in a slab that a heap owns or owned
+ * (blocks of at most MID_MAX bytes, fewer than 2^16 of them; a descriptor with nothing
+ * carved answers no), with one load fewer than a bounds check and the division. For
+ * a = start + k * size + r, a * m - start * m = k * e + r * m, where e = size * m - 2^64
+ * lies in [1, size] (m = div_magic is floor(2^64 / size) + 1, so e is not 0 for a
+ * power of two): k * e grows with k and stays below the slab's bytes when r = 0, and
+ * with r != 0 the sum is at least m - 2^20 >= 2^46. So one compare with carved_magic
+ * takes the carved block starts only: a slot carving has not reached yet, freed,
+ * would go on the list and later be carved, and handed out, a second time. */
+hak_inline bool slab_is_carved_block(const hak_slab_t *s, uintptr_t a) {
+  return a * s->div_magic - s->start_magic < hak_tso_load(&s->carved_magic);
 }
-/* The same answer for a slab that a heap owns (blocks of at most MID_MAX bytes, fewer
- * than 2^16 of them), with one load fewer: for a = start + k * size + r,
- * a * m - start * m = k * (size * m - 2^64) + r * m, which is below 2^33 when r = 0 and
- * at least m >= 2^47 otherwise. */
-hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
-  return (a * s->div_magic - s->start_magic) >> 40 == 0;
-}
-_Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= ((uint64_t)1 << 40),
-               "slab_is_block_start_owned: block starts below 2^40, other offsets above");
 
 /* Spans, for purge.c only (everything else goes through span_alloc and friends); the
  * caller holds region_lock. region_alloc_span returns the span's descriptor with
@@ -351,8 +350,7 @@ hak_inline void slab_remote_push_one(hak_slab_t *s, hak_block_t *b) {
 }
 hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
   uintptr_t a = (uintptr_t)n;
-  if (n != NULL && (a - s->start >= (uintptr_t)s->capacity * s->block_size ||
-                    !slab_is_block_start_owned(s, a))) /* a multiplication, not a division */
+  if (n != NULL && !slab_is_carved_block(s, a)) /* a multiplication, not a division */
     slab_corrupt_link(s, n);
 }
 /* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */

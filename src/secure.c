@@ -339,7 +339,7 @@ void secure_free(void *p) {
   uintptr_t owner = slab_owner(s);
   /* The common case is checked inline; free_checked reports the rest (or frees a
    * large block). */
-  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_block_start(s, a) ||
+  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_carved_block(s, a) ||
                    b->free_tag == tag)) {
     owner = free_checked(p, s);
     if (owner == OWNER_LARGE) return;

@@ -32,6 +32,7 @@ void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     hak_block_t *b = (hak_block_t *)(first + (uintptr_t)order[i] * s->block_size);
     block_set_next(b, s->free);
+    b->free_tag = block_free_tag(s); /* free, as slab_extend's */
     s->free = b;
   }
 }

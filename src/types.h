@@ -160,21 +160,27 @@ typedef struct hak_slab {
    * The owner's allocations never write this line, so a thread that frees another's
    * blocks reads it without pulling it away from the owner at every block. --- */
   uintptr_t owner;          /* see "Owner word"; written with __atomic_store_n */
-  uint32_t class_idx;
   uint32_t block_size;
-  uint64_t div_magic;       /* ceil(2^64 / block_size) */
+  /* The user heap's generation when it took the slab (see user_heap below). */
+  uint32_t user_gen;
+  uint64_t div_magic;       /* floor(2^64 / block_size) + 1 */
   uint64_t start_magic;     /* start * div_magic: a block start has
                                a * div_magic - start_magic < div_magic */
+  /* capacity * (block_size * div_magic - 2^64): a block start has
+   * a * div_magic - start_magic = k * (block_size * div_magic - 2^64) for block k, so
+   * the carved ones are those below this (slab_is_carved_block). Written by the owner
+   * as it carves, with hak_tso_store; 0 where nothing is carved. */
+  uint64_t carved_magic;
   uintptr_t start;          /* address of block 0 (a large block's user pointer) */
   /* Frees from other threads: the list's head, with the number of blocks on it in the
    * top bits (see REMOTE_COUNT_SHIFT), so that one compare-and-swap pushes a chain and
    * counts it, and one exchange takes both. */
   _Atomic uintptr_t remote;
   /* The user heap whose slab (or large block) this is, NULL for a thread heap's, and
-   * that heap's generation when it took the slab: a free checks both before it keeps
-   * a reference to the heap (heap_user_ref). Written with relaxed atomics. */
+   * (user_gen, above) that heap's generation when it took the slab: a free checks both
+   * before it keeps a reference to the heap (heap_user_ref). Written with relaxed
+   * atomics. */
   struct hak_heap *user_heap;
-  uint32_t user_gen;
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
   hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
@@ -199,6 +205,7 @@ typedef struct hak_slab {
   uint16_t unit_idx;        /* first unit inside the region */
   uint32_t touched;         /* bytes from the span's start that may be resident: what
                                any use of the span has written since it was last purged */
+  uint32_t class_idx;
   struct hak_slab *next;    /* heap queue / abandoned list */
   struct hak_slab *prev;
   uint64_t aux;             /* large: requested size */
