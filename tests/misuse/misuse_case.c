@@ -401,6 +401,10 @@ static void overflow_after_grow(size_t size) {
   free(p);
 }
 static void overflow_by_32(size_t size) { overflow_by(size, (ptrdiff_t)size, 32); }
+/* One byte 9 bytes past the end, or 31: over the hardened build's canary word, into the
+ * zero bytes before its size word. */
+static void overflow_at_9(size_t size) { overflow_by(size, (ptrdiff_t)size + 9, 1); }
+static void overflow_at_31(size_t size) { overflow_by(size, (ptrdiff_t)size + 31, 1); }
 static void underflow_by_1(size_t size) { overflow_by(size, -1, 1); }
 static void underflow_by_32(size_t size) { overflow_by(size, -32, 32); }
 
