@@ -6,8 +6,8 @@
  * Fast-path budget (x86-64, release, read off the disassembly): malloc of <= 1 KiB is 15
  * instructions with one branch on the size, one on the free list and one on the malloc
  * count (see hak_slab_t.used_ticks); free is 24 with five rarely-taken branches
- * (beyond the slab map, not the owner, not a block start, already free, the slab
- * emptied). The heap profiler's countdown adds a subtraction and a branch to malloc
+ * (beyond the slab map, not the owner, not a block start carving has reached, already
+ * free, the slab emptied). The heap profiler's countdown adds a subtraction and a branch to malloc
  * (prof_countdown). Check any change with `make perfcheck` (callgrind, against
  * bench/perf_baseline.json) and the disassembly. */
 #ifndef HAKMEM_API_H
@@ -127,7 +127,7 @@ hak_inline void *fast_malloc_raw(size_t n) {
     hak_slab_t *s = h->direct[(n + 15) >> 4];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
-      HAK_ASSERT(region_slab_of((uintptr_t)b) == s && slab_is_block_start(s, (uintptr_t)b));
+      HAK_ASSERT(region_slab_of((uintptr_t)b) == s && slab_is_carved_block(s, (uintptr_t)b));
       if (hak_unlikely(prof_countdown(h, n))) { /* a sample may be due: the slow path */
         h->prof_left += (int64_t)n;
         return heap_malloc_slow(n);
@@ -160,7 +160,7 @@ hak_inline void fast_free(void *p) {
     hak_block_t *b = (hak_block_t *)p;
     /* Owner, block start, not already free. The owner word is read plainly: only this
      * thread can make it equal to its own heap. (Its user heaps' slabs name it too.) */
-    if (hak_likely(hak_tso_load(&s->owner) == (uintptr_t)h && slab_is_block_start_owned(s, a) &&
+    if (hak_likely(hak_tso_load(&s->owner) == (uintptr_t)h && slab_is_carved_block(s, a) &&
                    b->free_tag != block_free_tag(s))) {
       /* Straight back on the list malloc pops: the next malloc of the class gets the
        * block just freed, still in cache. */
@@ -175,8 +175,8 @@ hak_inline void fast_free(void *p) {
 }
 
 /* malloc_usable_size of a block in a slab that a heap owns (its class size), found and
- * checked as free's fast path finds it; 0 for every other pointer, which
- * block_usable_size sorts out (a heap block's size is never 0). */
+ * checked as free's fast path finds it (a carved block start, not free); 0 for every
+ * other pointer, which block_usable_size sorts out (a heap block's size is never 0). */
 hak_inline size_t fast_usable_size(const void *p) {
   uintptr_t a = (uintptr_t)p;
   if (HAKMEM_SECURE || hak_unlikely((a >> UNIT_SHIFT) >= hak_tso_load(&slab_map_units))) return 0;
@@ -184,7 +184,7 @@ hak_inline size_t fast_usable_size(const void *p) {
   const hak_slab_t *s = slab_map_lookup(a);
   uintptr_t owner = slab_owner(s);
   if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
-                 slab_is_block_start_owned(s, a)))
+                 slab_is_carved_block(s, a) && ((const hak_block_t *)p)->free_tag != block_free_tag(s)))
     return s->block_size;
   return 0;
 }

@@ -131,6 +131,21 @@ static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
   return acc == 0 && (use_avx2 ? all_zero_avx2(a + 16, a + S - 8) : all_zero_base(a + 16, a + S - 8));
 }
 
+/* Are the bytes between a live block's canary word and its size word, [n + 8, S - 8),
+ * still zero, as arming and every resize leave them? A write there is an overflow that
+ * passed over the canary word. The bytes up to a word boundary from one load (the low
+ * ones are the canary's), the rest a word a step up to 64 bytes, else the zero check. */
+static inline bool slack_clean(uintptr_t a, size_t n, size_t S) {
+  uintptr_t from = a + n + 8, to = a + S - 8, up = (from + 7) & ~(uintptr_t)7;
+  if (from >= to) return true;
+  uint64_t acc = up > from ? load64(up - 8) >> (8 * (from - (up - 8))) : 0;
+  if (hak_likely(to - up <= 64)) {
+    for (uintptr_t p = up; p < to; p += 8) acc |= *(const uint64_t *)p;
+    return acc == 0;
+  }
+  return acc == 0 && (use_avx2 ? all_zero_avx2(up, to) : all_zero_base(up, to));
+}
+
 /* Zero [a + from, a + to), whole words, without a call for up to 32 bytes. */
 static inline void zero_range(uintptr_t a, size_t from, size_t to) {
   size_t len = to - from;
@@ -339,14 +354,15 @@ void secure_free(void *p) {
   uintptr_t owner = slab_owner(s);
   /* The common case is checked inline; free_checked reports the rest (or frees a
    * large block). */
-  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_block_start(s, a) ||
+  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_carved_block(s, a) ||
                    b->free_tag == tag)) {
     owner = free_checked(p, s);
     if (owner == OWNER_LARGE) return;
   }
   size_t S = s->block_size;
   size_t n = secure_size_decode(secure_size_word(a, S));
-  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n)) hak_fatal_at("heap overflow detected", p);
+  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n) || !slack_clean(a, n, S))
+    hak_fatal_at("heap overflow detected", p);
   if ((owner & ~SLAB_FULL) == (uintptr_t)h) check_below(a, s);
   /* The tag first, then the zeros over the canary word (check_below_full's order). */
   __atomic_store_n(&b->free_tag, tag, __ATOMIC_RELAXED); /* check_below_full reads it */

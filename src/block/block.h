@@ -160,8 +160,7 @@ hak_inline void slab_remote_push_one(hak_slab_t *s, hak_block_t *b) {
 }
 hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
   uintptr_t a = (uintptr_t)n;
-  if (n != NULL && (a - s->start >= (uintptr_t)s->capacity * s->block_size ||
-                    !slab_is_block_start_owned(s, a))) /* a multiplication, not a division */
+  if (n != NULL && !slab_is_carved_block(s, a)) /* a multiplication, not a division */
     slab_corrupt_link(s, n);
 }
 /* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */

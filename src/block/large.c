@@ -135,6 +135,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   s->start = p;
   s->div_magic = 0;
   s->start_magic = 0;
+  hak_tso_store(&s->carved_magic, 0);
   s->used = 1;
   /* Only what an earlier use wrote needs clearing; the rest reads as zero. */
   size_t dirty = base + s->touched > p ? base + s->touched - p : 0;

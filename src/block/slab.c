@@ -15,6 +15,7 @@ size_t slab_uncarve(hak_slab_t *s) {
   size_t bytes = (size_t)s->units * UNIT_SIZE;
   s->free = s->local_free = NULL;
   s->capacity = 0;
+  hak_tso_store(&s->carved_magic, 0);
   s->aux = 0;
   s->touched = 0;
   atomic_fetch_add_explicit(&hak_gstats.purged_bytes, bytes, memory_order_relaxed);
@@ -31,10 +32,12 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   s->block_size = size;
   size_t gap = slab_gap(s->units, size);
   s->start = slab_base(s) + gap;
-  s->div_magic = UINT64_MAX / size + 1;
+  /* floor(2^64 / size) + 1, one more than ceil for a power of two (slab_is_carved_block) */
+  s->div_magic = UINT64_MAX / size + 1 + ((size & (size - 1)) == 0);
   s->start_magic = s->start * s->div_magic;
   s->reserved = (uint32_t)((bytes - gap) / size);
   s->capacity = 0;
+  hak_tso_store(&s->carved_magic, 0);
   s->used = 0;
   s->free = NULL;
   s->local_free = NULL;
@@ -90,22 +93,30 @@ bool slab_extend(hak_slab_t *s) {
   }
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   s->capacity += n;
+  /* Before any carved block is handed out: a free of one checks it against this. */
+  hak_tso_store(&s->carved_magic, (uint64_t)s->capacity * (uint64_t)(s->block_size * s->div_magic));
   uint32_t end = (uint32_t)(first + (uintptr_t)n * s->block_size - slab_base(s));
   if (end > s->touched) s->touched = end;
   if (HAKMEM_SECURE) {
     secure_carve(s, first, n);
+    for (uint32_t i = 0; i < n; i++) /* free, as the default build's carve below leaves them */
+      ((hak_block_t *)(first + (uintptr_t)i * s->block_size))->free_tag = block_free_tag(s);
     return true;
   }
-  /* The list runs from the coloured block to the carve's end, then from its start up to it. */
-  uintptr_t size = s->block_size, stop = first + (uintptr_t)n * size;
+  /* The list runs from the coloured block to the carve's end, then from its start up to it.
+   * Each block carries the free tag, as a freed one does: a free of a block carved but
+   * not handed out yet is a double free, not a second copy of it on the list. */
+  uintptr_t size = s->block_size, stop = first + (uintptr_t)n * size, tag = block_free_tag(s);
   hak_block_t *head = (hak_block_t *)(first + carve_colour(s, n) * size), *b = head;
   for (uint32_t i = 0; i + 1 < n; i++) {
     uintptr_t next = (uintptr_t)b + size;
     if (next == stop) next = first;
     b->next = (hak_block_t *)next;
+    b->free_tag = tag;
     b = (hak_block_t *)next;
   }
   b->next = s->free;
+  b->free_tag = tag;
   s->free = head;
   return true;
 }

@@ -9,6 +9,7 @@
 static void mark_cached(hak_slab_t *s, uint64_t now) {
   s->div_magic = 0;
   s->start_magic = 0;
+  hak_tso_store(&s->carved_magic, 0);
   s->aux = now;
   __atomic_store_n(&s->owner, OWNER_CACHED, __ATOMIC_RELEASE);
 }

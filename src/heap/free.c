@@ -38,7 +38,8 @@ void free_unmapped(void *p) {
 }
 
 /* The block p points at inside a region (for realloc and malloc_usable_size); aborts
- * with fn's name if p is not one. */
+ * with fn's name if p is not one handed out: not a block start carving has reached, or
+ * a block that is free (its tag, as free checks it). */
 hak_slab_t *region_block_checked(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   hak_slab_t *s = region_slab_of(a);
@@ -47,7 +48,7 @@ hak_slab_t *region_block_checked(void *p, const char *fn) {
     if (a != s->start) hak_fatal_pointer("invalid pointer", fn, p);
   } else if (owner == OWNER_NONE || owner == OWNER_CACHED) {
     report_not_live(p, fn);
-  } else if (!slab_is_block_start(s, a)) {
+  } else if (!slab_is_carved_block(s, a) || ((hak_block_t *)p)->free_tag == block_free_tag(s)) {
     hak_fatal_pointer("invalid pointer", fn, p);
   }
   return s;
@@ -60,7 +61,7 @@ hak_slab_t *region_block_checked(void *p, const char *fn) {
 static hak_noinline void heap_free_heapless(void *p, hak_slab_t *s) {
   uintptr_t owner = slab_owner(s), tag = block_free_tag(s);
   hak_block_t *b = p;
-  if (hak_likely(owner > OWNER_CACHED && slab_is_block_start_owned(s, (uintptr_t)p) &&
+  if (hak_likely(owner > OWNER_CACHED && slab_is_carved_block(s, (uintptr_t)p) &&
                  b->free_tag != tag && slab_user_heap(s) == NULL)) {
     heap_hint = owner;
     b->free_tag = tag;
@@ -83,7 +84,7 @@ void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
     return;
   }
   if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
-                 (owner & ~SLAB_FULL) != (uintptr_t)h && slab_is_block_start_owned(s, a) &&
+                 (owner & ~SLAB_FULL) != (uintptr_t)h && slab_is_carved_block(s, a) &&
                  b->free_tag != tag)) {
     b->free_tag = tag;
     heap_remote_batch(h, s, b);
@@ -122,7 +123,7 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
     return OWNER_LARGE;
   }
   if (owner == OWNER_NONE || owner == OWNER_CACHED) report_not_live(p, "free");
-  if (!slab_is_block_start(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
+  if (!slab_is_carved_block(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
   /* A block carries the tag only between free and the next malloc: a match is a double
    * free. (The owner cannot rule it out by walking its lists: the first free may sit in
    * another thread's pending remote chain.) */

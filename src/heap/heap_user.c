@@ -160,6 +160,7 @@ static void quarantine_forget(hak_heap_t *home, hak_heap_t *u) {
 static void slab_reset(hak_slab_t *s) {
   s->free = s->local_free = NULL;
   s->capacity = 0;
+  hak_tso_store(&s->carved_magic, 0);
   s->used_ticks = 0;
   s->aux = 0;
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed); /* frees of gone blocks */

@@ -21,21 +21,27 @@ typedef struct hak_slab {
    * The owner's allocations never write this line, so a thread that frees another's
    * blocks reads it without pulling it away from the owner at every block. --- */
   uintptr_t owner;          /* see "Owner word"; written with __atomic_store_n */
-  uint32_t class_idx;
   uint32_t block_size;
-  uint64_t div_magic;       /* ceil(2^64 / block_size) */
+  /* The user heap's generation when it took the slab (see user_heap below). */
+  uint32_t user_gen;
+  uint64_t div_magic;       /* floor(2^64 / block_size) + 1 */
   uint64_t start_magic;     /* start * div_magic: a block start has
                                a * div_magic - start_magic < div_magic */
+  /* capacity * (block_size * div_magic - 2^64): a block start has
+   * a * div_magic - start_magic = k * (block_size * div_magic - 2^64) for block k, so
+   * the carved ones are those below this (slab_is_carved_block). Written by the owner
+   * as it carves, with hak_tso_store; 0 where nothing is carved. */
+  uint64_t carved_magic;
   uintptr_t start;          /* address of block 0 (a large block's user pointer) */
   /* Frees from other threads: the list's head, with the number of blocks on it in the
    * top bits (see REMOTE_COUNT_SHIFT), so that one compare-and-swap pushes a chain and
    * counts it, and one exchange takes both. */
   _Atomic uintptr_t remote;
   /* The user heap whose slab (or large block) this is, NULL for a thread heap's, and
-   * that heap's generation when it took the slab: a free checks both before it keeps
-   * a reference to the heap (heap_user_ref). Written with relaxed atomics. */
+   * (user_gen, above) that heap's generation when it took the slab: a free checks both
+   * before it keeps a reference to the heap (heap_user_ref). Written with relaxed
+   * atomics. */
   struct hak_heap *user_heap;
-  uint32_t user_gen;
   /* --- the owner's line: its free lists and counts, written by every malloc --- */
   _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
   hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
@@ -60,6 +66,7 @@ typedef struct hak_slab {
   uint16_t unit_idx;        /* first unit inside the region */
   uint32_t touched;         /* bytes from the span's start that may be resident: what
                                any use of the span has written since it was last purged */
+  uint32_t class_idx;
   struct hak_slab *next;    /* heap queue / abandoned list */
   struct hak_slab *prev;
   uint64_t aux;             /* large: requested size */
@@ -159,19 +166,18 @@ hak_inline unsigned region_map_kind(uintptr_t a) {
   if (hak_unlikely(i >= REGION_MAP_ENTRIES)) return MAP_NONE;
   return region_map[i];
 }
-/* Is a the start of a block of s? (offset divisible by the size, by multiplication) */
-hak_inline bool slab_is_block_start(const hak_slab_t *s, uintptr_t a) {
-  return a * s->div_magic - s->start_magic < s->div_magic;
+/* The start of a block that carving has reached, in a slab that a heap owns or owned
+ * (blocks of at most MID_MAX bytes, fewer than 2^16 of them; a descriptor with nothing
+ * carved answers no), with one load fewer than a bounds check and the division. For
+ * a = start + k * size + r, a * m - start * m = k * e + r * m, where e = size * m - 2^64
+ * lies in [1, size] (m = div_magic is floor(2^64 / size) + 1, so e is not 0 for a
+ * power of two): k * e grows with k and stays below the slab's bytes when r = 0, and
+ * with r != 0 the sum is at least m - 2^20 >= 2^46. So one compare with carved_magic
+ * takes the carved block starts only: a slot carving has not reached yet, freed,
+ * would go on the list and later be carved, and handed out, a second time. */
+hak_inline bool slab_is_carved_block(const hak_slab_t *s, uintptr_t a) {
+  return a * s->div_magic - s->start_magic < hak_tso_load(&s->carved_magic);
 }
-/* The same answer for a slab that a heap owns (blocks of at most MID_MAX bytes, fewer
- * than 2^16 of them), with one load fewer: for a = start + k * size + r,
- * a * m - start * m = k * (size * m - 2^64) + r * m, which is below 2^33 when r = 0 and
- * at least m >= 2^47 otherwise. */
-hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
-  return (a * s->div_magic - s->start_magic) >> 40 == 0;
-}
-_Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= ((uint64_t)1 << 40),
-               "slab_is_block_start_owned: block starts below 2^40, other offsets above");
 
 /* Spans, for span.c only (everything else goes through span_alloc and friends); the
  * caller holds region_lock. region_alloc_span returns the span's descriptor with

@@ -33,6 +33,11 @@
 #include "misuse.h"
 #include "test_util.h"
 
+/* The heap API, where the allocator has it (misuse_case_plain runs others). */
+#pragma weak hak_heap_new
+#pragma weak hak_heap_malloc
+#pragma weak hak_heap_realloc
+
 /* Using freed pointers is what this program is for. */
 #pragma GCC diagnostic ignored "-Wpragmas"
 #pragma GCC diagnostic ignored "-Wuse-after-free"
@@ -267,6 +272,55 @@ static void bad_free_other_class(size_t size) {
   free(a);
 }
 
+/* 4 KiB past a fresh slab's first block of 8 or 64 bytes: a block start of the same
+ * slab that lazy carving has not reached. Taken, the slot would later be carved and
+ * handed out a second time. The next block (carved with the first, not handed out
+ * yet, unless the first ended its carve) is free: a double free. */
+static char *uncarved_of(size_t size) { return xmalloc(size) + 4096; }
+
+static void bad_free_uncarved(size_t size) { free_bad(uncarved_of(size)); }
+
+static void bad_free_carved_unused(size_t size) {
+  char *p = xmalloc(size);
+  free_bad(p + malloc_usable_size(p)); /* the hardened build's next block is further on */
+}
+
+static void on_uncarved(size_t size, void (*call)(void *)) {
+  char *q = uncarved_of(size);
+  misuse_announce(q);
+  call(q);
+}
+
+static void bad_realloc_uncarved(size_t size) { on_uncarved(size, call_realloc); }
+
+static void bad_usable_size_uncarved(size_t size) { on_uncarved(size, call_usable_size); }
+
+static void bad_free_sized_uncarved(size_t size) {
+  char *q = uncarved_of(size);
+  misuse_announce(q);
+  call_free_sized(q, size);
+}
+
+static void bad_heap_realloc_uncarved(size_t size) {
+  if (hak_heap_new == NULL) exit(EXIT_SKIP);
+  hak_heap_t *h = hak_heap_new();
+  char *q = (char *)hak_heap_malloc(h, size) + 4096;
+  misuse_announce(q);
+  tu_hide(hak_heap_realloc(h, q, size));
+}
+
+/* A freed block is no block to size or resize. */
+static void on_freed_block(size_t size, void (*call)(void *)) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  call(p);
+}
+
+static void bad_usable_size_freed(size_t size) { on_freed_block(size, call_usable_size); }
+
+static void bad_realloc_freed(size_t size) { on_freed_block(size, call_realloc); }
+
 static void bad_realloc_stack(size_t size) { (void)size; on_stack_buffer(call_realloc); }
 
 static void bad_usable_size_stack(size_t size) { (void)size; on_stack_buffer(call_usable_size); }
@@ -347,6 +401,10 @@ static void overflow_after_grow(size_t size) {
   free(p);
 }
 static void overflow_by_32(size_t size) { overflow_by(size, (ptrdiff_t)size, 32); }
+/* One byte 9 bytes past the end, or 31: over the hardened build's canary word, into the
+ * zero bytes before its size word. */
+static void overflow_at_9(size_t size) { overflow_by(size, (ptrdiff_t)size + 9, 1); }
+static void overflow_at_31(size_t size) { overflow_by(size, (ptrdiff_t)size + 31, 1); }
 static void underflow_by_1(size_t size) { overflow_by(size, -1, 1); }
 static void underflow_by_32(size_t size) { overflow_by(size, -32, 32); }
 
