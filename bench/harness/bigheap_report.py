@@ -164,7 +164,7 @@ def render(meta, records):
            % (meta.get("program_rounds", "?"), meta.get("warmup", "?"), info.get("sample_seconds", "?"),
               thp.get("enabled", "?"), thp.get("defrag", "?")), ""]
     if meta.get("mode") in ("quick", "smoke"):
-        out += ["In %s mode the heaps are a tenth of full mode's or less: indicative figures; `--full` gives "
+        out += ["In %s mode the heaps are about a fifteenth of full mode's (20-60 MiB): indicative figures; `--full` gives "
                 "issue 46's sizes." % meta["mode"], ""]
     described = info.get("programs") or []
     if described:

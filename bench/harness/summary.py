@@ -139,9 +139,15 @@ def missing_bars(specs, records):
     notes = []
     for spec in specs:
         gaps, absent = [], []
+        baseline = spec["name"].rpartition("_vs_")[2] if "_vs_" in spec["name"] else None
+        empty = [g for i, g in enumerate(spec["groups"]) if all(s["values"][i] is None for s in spec["series"])]
+        for g in empty:
+            reason = why.get((baseline, g)) if baseline else None
+            gaps.append("any allocator in %s (%s)" % (g, "the baseline %s: %s" % (baseline, reason) if reason
+                                                     else "no allocator has a figure there"))
         for s in spec["series"]:
-            holes = [g for g, v in zip(spec["groups"], s["values"]) if v is None]
-            if holes and len(holes) == len(spec["groups"]):
+            holes = [g for g, v in zip(spec["groups"], s["values"]) if v is None and g not in empty]
+            if holes and len(holes) == len(spec["groups"]) - len(empty):
                 absent.append(s["label"])
                 continue
             for g in holes:

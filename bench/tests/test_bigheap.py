@@ -231,6 +231,14 @@ class ReportTest(unittest.TestCase):
                                  "no bars at all for scudo (not measured on these rows)."])
         specs[0]["series"] = specs[0]["series"][2:]
         self.assertEqual(summary.missing_bars(specs, []), [])
+        # a ratio chart whose baseline failed in a row has no bar there at all: one note
+        specs = [{"name": "throughput_vs_mimalloc", "title": "T", "groups": ["a t=1", "b t=1"],
+                  "series": [{"label": "hakmem", "values": [None, 1.0]}, {"label": "glibc", "values": [None, 1.0]}]}]
+        base = results.make_record(kind="timed", allocator="mimalloc", workload="a", threads=1, round=1,
+                                   status="failed", message="FAIL workload=a: not aligned")
+        self.assertEqual(summary.missing_bars(specs, [base]),
+                         ["- `throughput_vs_mimalloc` (T): no bar for any allocator in a t=1 (the baseline mimalloc: "
+                          "failed: FAIL workload=a: not aligned)."])
 
     def test_round_trip_through_csv_keeps_the_coverage(self):
         recs = records(("big_a",), 1)
