@@ -10,10 +10,10 @@
   hakmem gcore [FILE]   gcore, leaving out the slab map's 16 GiB reservation
 
 Load it with `source tools/gdb/hakmem_gdb.py`, or let gdb auto-load the installed copy
-(docs/debugging.md). It needs the library's debug info for the layout of src/types.h's
-structures (the library is built with -g); the constants below mirror that header. The
-commands only read memory; `hakmem gcore` calls madvise in the process only where the
-library has not marked the slab map MADV_DONTDUMP itself.
+(docs/debugging.md). It needs the library's debug info for the layout of the structures
+of src/space/space.h and src/block/block.h (the library is built with -g); the constants
+below mirror src/base/base.h. The commands only read memory; `hakmem gcore` calls madvise
+in the process only where the library has not marked the slab map MADV_DONTDUMP itself.
 A bad pointer anywhere yields a line saying what could not be read, never a Python error.
 """
 
@@ -21,7 +21,7 @@ import struct
 
 import gdb
 
-# ---- src/types.h's constants (the structures' layout comes from the debug info) --------
+# ---- src/base/base.h's constants (the structures' layout comes from the debug info) ----
 UNIT_SHIFT = 16
 REGION_SHIFT = 26
 REGION_SIZE = 1 << REGION_SHIFT
@@ -95,7 +95,7 @@ class Hakmem:
         self.region_map_len = self.global_value("region_map").type.range()[1] + 1
         if (self.region_map_len != 1 << (ADDRESS_BITS - REGION_SHIFT)
                 or self.units_per_region != 1 << (REGION_SHIFT - UNIT_SHIFT)):
-            print("hakmem: warning: this script's geometry (src/types.h) differs from the "
+            print("hakmem: warning: this script's geometry (src/base/base.h) differs from the "
                   "library's: region_map has %d entries, a region %d units"
                   % (self.region_map_len, self.units_per_region))
         self.free_unit_slab = self.address_of("region_free_unit_slab")
@@ -153,7 +153,7 @@ class Hakmem:
                     return int(sym.value().address.cast(gdb.lookup_type("unsigned long")))
                 except gdb.error:
                     pass
-        for where in ("region.c", "heap_handover.c", "purge.c", "huge.c"):
+        for where in ("region.c", "heap_lifecycle.c", "purge.c", "huge.c"):
             try:
                 v = gdb.parse_and_eval("&'%s'::%s" % (where, name))
             except gdb.error:
