@@ -23,7 +23,9 @@ import sys
 from xml.sax.saxutils import escape
 
 COLOURS = {"hakmem": "#d62728", "hakmem-secure": "#ff9896", "glibc": "#7f7f7f", "mimalloc": "#1f77b4", "jemalloc": "#2ca02c",
-           "tcmalloc": "#ff7f0e", "scudo": "#9467bd"}
+           "tcmalloc": "#ff7f0e", "scudo": "#9467bd",
+           # the large-heap rows' settings: a light shade of their allocator's colour
+           "hakmem-nothp": "#f4a3a3", "glibc-hp": "#c7c7c7", "mimalloc-hp": "#aec7e8", "jemalloc-hp": "#98df8a"}
 OTHER_COLOURS = ["#9467bd", "#8c564b", "#e377c2", "#17becf"]
 SYSTEM_PYTHON = "/usr/bin/python3"
 

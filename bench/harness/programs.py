@@ -168,6 +168,9 @@ class Program:
     trace_children: bool = False  # valgrind must follow the processes it starts...
     untraced: tuple = ()  # ...except these (the shell and its small utilities)
     glibc_preloads_libc: bool = False  # linked with another malloc: see find_libc
+    # Started on the helper's pid for the length of a run when set: watch(pid).stop()
+    # returns figures for the run's extra (bigheap.PeakSampler); a class attribute.
+    watch = None
 
     def missing(self):
         """None when every executable is there, else the note that skips the program."""
@@ -192,10 +195,10 @@ class Program:
         argv = list(prefix) + self.argv(ctx, run_dir)
         env = child_env(dict(env, **self.env))
         rusage_file = os.path.join(run_dir, "rusage.txt")
-        out = runner.run([helper, rusage_file] + argv, env, timeout)
+        out = runner.run([helper, rusage_file] + argv, env, timeout, watch=self.watch)
         return Run(wall_seconds=out.wall_seconds, exit_status=out.exit_status, output=out.stdout,
                    stderr=out.stderr, timed_out=out.timed_out, rusage=parse_rusage(_read(rusage_file)),
-                   command=(_prefix_line(env, self.env) + " " + shlex.join(argv)).strip())
+                   command=(_prefix_line(env, self.env) + " " + shlex.join(argv)).strip(), extra=out.watched or {})
 
 
 @dataclass(frozen=True)
@@ -270,14 +273,33 @@ class Redis(Program):
             ctx["data"], shlex.join(self.benchmark_argv("$PORT", ctx["size"])), cli, ctx["checks"], cli)
         return line.replace("'$PORT'", "$PORT").strip()
 
+    def session(self, client, cli, ctx, port):
+        """The clients' part of a run, between the server's first PONG and its SHUTDOWN:
+        (output lines, error or None). client(argv, stdin_path) runs one client."""
+        output, error = [], None
+        load = client(cli + ["--pipe"], ctx["data"])
+        summary = [l for l in load.stdout.splitlines() if l.startswith("errors:")]
+        if load.returncode != 0 or not summary or not summary[-1].startswith("errors: 0,"):
+            error = "redis-cli --pipe failed: %s" % (summary[-1] if summary else load.stderr.strip()[-200:])
+        output.append("load " + (summary[-1] if summary else ""))
+        res = client(self.benchmark_argv(port, ctx["size"]))
+        tests = [l.split(",")[0].strip('"') for l in res.stdout.splitlines()[1:] if l.startswith('"')]
+        if res.returncode != 0 and error is None:
+            error = "redis-benchmark exited %d: %s" % (res.returncode, res.stderr.strip()[-200:])
+        output.append("benchmark " + ";".join(tests))
+        res = client(cli, ctx["checks"])
+        if res.returncode != 0 and error is None:
+            error = "redis-cli read-back exited %d" % res.returncode
+        output.append(res.stdout)
+        return output, error
+
     def run(self, ctx, env, timeout, helper, run_dir, prefix=()):
-        size, deadline = ctx["size"], time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         port = free_port()
         server = list(prefix) + self.server_argv(port, run_dir)
         env = child_env(dict(env, **self.env))
         client_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         rusage_file = os.path.join(run_dir, "rusage.txt")
-        bench = self.benchmark_argv(port, size)
         cli = ["redis-cli", "-h", "127.0.0.1", "-p", str(port)]
         command = self.command_line(env, prefix, ctx, run_dir)
         err_path = os.path.join(run_dir, "server.err")
@@ -285,7 +307,8 @@ class Redis(Program):
         with open(err_path, "wb") as err:
             proc = subprocess.Popen([helper, rusage_file] + server, stdin=subprocess.DEVNULL, stdout=err,
                                     stderr=err, env=env, start_new_session=True)
-        output, error, timed_out = [], None, False
+        watcher = self.watch(proc.pid) if self.watch else None
+        output, error, timed_out, watched = [], None, False, {}
         try:
             def client(argv, stdin_path=None):
                 left = deadline - time.monotonic()
@@ -298,20 +321,7 @@ class Redis(Program):
             if not wait_for_redis(port, proc, deadline):
                 error = "the server did not answer PING on 127.0.0.1:%d" % port
             else:
-                load = client(cli + ["--pipe"], ctx["data"])
-                summary = [l for l in load.stdout.splitlines() if l.startswith("errors:")]
-                if load.returncode != 0 or not summary or not summary[-1].startswith("errors: 0,"):
-                    error = "redis-cli --pipe failed: %s" % (summary[-1] if summary else load.stderr.strip()[-200:])
-                output.append("load " + (summary[-1] if summary else ""))
-                res = client(bench)
-                tests = [l.split(",")[0].strip('"') for l in res.stdout.splitlines()[1:] if l.startswith('"')]
-                if res.returncode != 0 and error is None:
-                    error = "redis-benchmark exited %d: %s" % (res.returncode, res.stderr.strip()[-200:])
-                output.append("benchmark " + ";".join(tests))
-                res = client(cli, ctx["checks"])
-                if res.returncode != 0 and error is None:
-                    error = "redis-cli read-back exited %d" % res.returncode
-                output.append(res.stdout)
+                output, error = self.session(client, cli, ctx, port)
                 client(cli + ["SHUTDOWN", "NOSAVE"])
             proc.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -320,9 +330,11 @@ class Redis(Program):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            if watcher is not None:
+                watched = watcher.stop()
         return Run(wall_seconds=time.perf_counter() - start, exit_status=proc.returncode, output="\n".join(output),
                    stderr=_read(err_path), timed_out=timed_out, rusage=parse_rusage(_read(rusage_file)),
-                   command=command, error=error, extra={"port": port})
+                   command=command, error=error, extra=dict(watched, port=port))
 
 
 def _write_once(path, data):

@@ -27,12 +27,13 @@ CACHEGRIND = [("I refs", "instructions"), ("D1 misses", "d1_misses"), ("LL misse
 
 # ---- analysis --------------------------------------------------------------------------
 
-def group(records):
-    """{program: {allocator: [counted, correct runs]}} in the order run. A program whose
-    run with nothing preloaded failed (allocator "none") has no entry for "none"."""
+def group(records, kind="program"):
+    """{program: {allocator: [counted, correct runs]}} of the runs of kind, in the order
+    run. A program whose run with nothing preloaded failed (allocator "none") has no
+    entry for "none"."""
     groups = OrderedDict()
     for r in records:
-        if r["kind"] != "program" or r["allocator"] == "none":
+        if r["kind"] != kind or r["allocator"] == "none":
             continue
         runs = groups.setdefault(r["workload"], OrderedDict()).setdefault(r["allocator"], [])
         if not r["warmup"] and r["status"] == "ok":

@@ -17,11 +17,13 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bigheap_report  # noqa: E402
 import charts  # noqa: E402
 import known_issues  # noqa: E402
 import programs_report  # noqa: E402
 import results  # noqa: E402
 import stats  # noqa: E402
+import summary  # noqa: E402
 from tables import fmt_cv, fmt_num, fmt_ratio, md_table  # noqa: E402
 
 BASELINES = ("mimalloc", "glibc")
@@ -38,9 +40,10 @@ MEMORY_KEYS = ("rss_peak_kib", "rss_after_free_kib", "rss_after_continue_kib")
 # ---- analysis --------------------------------------------------------------------------
 
 def allocator_order(meta, records):
-    names = [a["name"] for a in meta.get("allocators", [])]
+    """The allocators of every section but the large-heap programs' (bigheap_report)."""
+    names = [a["name"] for a in meta.get("allocators", []) if not a.get("large_heap_only")]
     for r in records:
-        if r["allocator"] not in names and r["allocator"] != "none":
+        if r["allocator"] not in names and r["allocator"] != "none" and r["kind"] != bigheap_report.KIND:
             names.append(r["allocator"])
     return names
 
@@ -245,13 +248,14 @@ def chart_specs(thr_ratios, rss_ratios, cg_table, cg_ratios, allocators, baselin
 
 # ---- the report ------------------------------------------------------------------------
 
-def render(meta, records, chart_files, chart_dir="charts"):
+def render(meta, records, chart_files, chart_dir="charts", specs=None):
     allocators = allocator_order(meta, records)
     groups = group_timed(records)
     thr = figure(groups, lambda r: r["throughput"])
     rss = figure(groups, lambda r: r["peak_rss_kib"])
     cg = callgrind_per_pair(records)
     out = ["# hakmem benchmark report", ""]
+    out += summary.render(meta, records, allocators, specs)
 
     mode = meta.get("mode", "unknown")
     out.append("Mode **%s**: %s warm-up round(s) and %s counted round(s) per workload, allocators "
@@ -375,6 +379,7 @@ def render(meta, records, chart_files, chart_dir="charts"):
             out += [md_table(["loop", "instructions / fewest of the anchors"], rows), ""]
 
     out += programs_report.render(meta, records, allocators)
+    out += bigheap_report.render(meta, records)
     if HARDENED in allocators and thr:
         out += hardened_section(thr, rss, allocators)
 
@@ -443,11 +448,12 @@ def generate(results_path, out_dir=None, force_svg=False):
                         ratios(figure(groups, lambda r: r["peak_rss_kib"]), baseline),
                         cg, callgrind_ratios(cg, baseline), allocators, baseline)
     specs += programs_report.chart_specs(records, allocators)
+    specs += bigheap_report.chart_specs(records, meta)
     chart_dir = os.path.join(out_dir, "charts")
     chart_files = charts.write_charts(specs, chart_dir, force_svg=force_svg) if specs else []
     path = os.path.join(out_dir, "report.md")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render(meta, records, chart_files))
+        f.write(render(meta, records, chart_files, specs=specs))
     return path
 
 

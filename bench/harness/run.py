@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import allocators as alloc_mod  # noqa: E402
+import bigheap  # noqa: E402
 import binaries  # noqa: E402
 import known_issues  # noqa: E402
 import machine  # noqa: E402
@@ -66,12 +67,13 @@ def parse_args(argv):
     p.add_argument("--hakmem", default=DEFAULT_HAKMEM, help="libhakmem.so (default: %(default)s)")
     p.add_argument("--out", help="output directory (default: build/bench-results/MODE-TIMESTAMP)")
     p.add_argument("--only", help="comma-separated workload or program names or name prefixes (%s)"
-                   % ", ".join(workloads.all_names() + programs.names()))
+                   % ", ".join(workloads.all_names() + programs.names() + bigheap.names()))
     which = p.add_mutually_exclusive_group()
     which.add_argument("--no-programs", action="store_true", help="leave out the real programs")
     which.add_argument("--programs-only", action="store_true",
                        help="only the real programs (and their cachegrind pass)")
-    p.add_argument("--allocators", help="comma-separated subset of %s" % ",".join(alloc_mod.ORDER))
+    p.add_argument("--allocators", help="comma-separated subset of %s" % ",".join(
+        alloc_mod.ORDER + tuple(bigheap.HUGEPAGE_VARIANTS)))
     p.add_argument("--lib", action="append", default=[], metavar="NAME=PATH",
                    help="use PATH as allocator NAME's library instead of searching for it; "
                         "a NAME that is not one of the known allocators adds an extra one "
@@ -110,7 +112,7 @@ def parse_args(argv):
             p.error("--lib wants NAME=PATH with NAME one of %s, or a new lower-case name"
                     % ", ".join(n for n in alloc_mod.ORDER if n != "glibc"))
         overrides[name] = path
-    unknown = set(args.allocators or []) - set(alloc_mod.ORDER) - set(overrides)
+    unknown = set(args.allocators or []) - set(alloc_mod.ORDER) - set(overrides) - set(bigheap.HUGEPAGE_VARIANTS)
     if unknown:
         p.error("unknown allocator(s): %s" % ", ".join(sorted(unknown)))
     settings = {}
@@ -252,7 +254,7 @@ class Suite:
         if run.rusage:  # under valgrind: valgrind's CPU time (what the pass costs), no memory figures
             rec.update(cpu_seconds=(ru["utime_us"] + ru["stime_us"]) / 1e6, user_seconds=ru["utime_us"] / 1e6,
                        sys_seconds=ru["stime_us"] / 1e6)
-            if kind == "program":
+            if kind in ("program", bigheap.KIND):
                 rec.update(peak_rss_kib=ru["maxrss_kib"], minor_faults=ru["minflt"])
         if kind == "cachegrind":
             counts = runner.parse_cachegrind_summary(run.stderr)
@@ -264,9 +266,10 @@ class Suite:
                 rec.update(status="failed", message="no cachegrind summary in valgrind's output")
         return rec
 
-    def run_program(self, prog):
+    def run_program(self, prog, kind="program", allocs=None):
+        """prog under every allocator (or those of allocs), interleaved, as runs of kind."""
         size = prog.sizes[self.args.mode]
-        ctx = prog.prepare(size, os.path.join(self.out_dir, "programs", "inputs"))
+        ctx = dict(prog.prepare(size, os.path.join(self.out_dir, "programs", "inputs")), bin_dir=self.bin_dir)
         timeout = PROGRAM_TIMEOUTS[self.args.mode]
         expected = self.reference(prog, size, ctx, timeout)
         if expected is None:
@@ -275,11 +278,11 @@ class Suite:
         total = self.args.warmup + self.args.program_rounds
         given_up = set()
         for rnd in range(total):
-            for a in self.allocs:
+            for a in allocs or self.allocs:
                 if a.name in given_up:
                     continue
                 run = prog.run(ctx, self.program_env(prog, a), timeout, self.helper, self.program_dir(prog, "run"))
-                rec = self.program_record("program", prog, size, a.name, rnd, rnd < self.args.warmup, run, expected)
+                rec = self.program_record(kind, prog, size, a.name, rnd, rnd < self.args.warmup, run, expected)
                 self.records.append(rec)
                 self.program_progress(rec, rnd, total)
                 if rec["status"] != "ok":
@@ -323,9 +326,9 @@ class Suite:
         what = "%s round %d/%d%s %-9s" % (rec["workload"], rnd + 1, total, " (warm-up)" if rec["warmup"] else "",
                                           rec["allocator"])
         if rec["status"] == "ok":
-            log("  %s cpu %6.3f s (sys %5.3f) %8.1f MiB %8d minflt %6.2f s" % (
+            log("  %s cpu %6.3f s (sys %5.3f) %8.1f MiB %8d minflt %6.2f s%s" % (
                 what, rec["cpu_seconds"], rec["sys_seconds"], rec["peak_rss_kib"] / 1024, rec["minor_faults"],
-                rec["wall_seconds"]))
+                rec["wall_seconds"], bigheap.progress_note(rec["result"])))
         else:
             log("  %s %s: %s" % (what, rec["status"].upper(), rec["message"]))
 
@@ -376,18 +379,20 @@ def main(argv=None):
 
     benches, loops = workloads.selected(args.only, args.mode)
     progs = [] if args.no_programs else programs.selected(args.only)
+    bigprogs = [] if args.no_programs else bigheap.selected(args.only)
     if args.programs_only:
         benches, loops = [], []
-    if args.only and not benches and not loops and not progs:
+    if args.only and not benches and not loops and not progs and not bigprogs:
         log("no workload matches --only %s; names: %s" % (
-            ",".join(args.only), ", ".join(workloads.all_names() + programs.names())))
+            ",".join(args.only), ", ".join(workloads.all_names() + programs.names() + bigheap.names())))
         return 2
     notes, skipped_programs = [], []
-    for prog in list(progs):
-        why = prog.missing()
-        if why:
-            skipped_programs.append({"name": prog.name, "note": why})
-            progs.remove(prog)
+    for group in (progs, bigprogs):
+        for prog in list(group):
+            why = prog.missing()
+            if why:
+                skipped_programs.append({"name": prog.name, "note": why})
+                group.remove(prog)
     if loops and not args.no_callgrind and shutil.which("valgrind") is None:
         notes.append("callgrind figure skipped: valgrind is not installed")
         loops = []
@@ -401,8 +406,10 @@ def main(argv=None):
         cachegrind_progs = []
 
     binaries_needed = {b.program for b in benches} | {c.program for c in loops} | {"fastpath_loop"}
-    if progs:
+    if progs or bigprogs:
         binaries_needed.add(programs.HELPER)
+    if bigprogs:
+        binaries_needed.add(bigheap.POINTER_CHASE)
     bin_dir, bin_note = binaries.ensure(args.bin_dir, os.path.join(out_dir, "bin"), sorted(binaries_needed))
     notes.append(bin_note)
 
@@ -415,6 +422,8 @@ def main(argv=None):
             allocs.append(a)
         else:
             skipped.append(alloc_mod.Skipped(a.name, why))
+    big_allocs, big_skipped = bigheap.allocators(allocs, args.allocators) if bigprogs else ([], [])
+    skipped += big_skipped
     for s in skipped:
         log("note: skipping %s: %s" % (s.name, s.note))
     for s in skipped_programs:
@@ -428,7 +437,9 @@ def main(argv=None):
         "harness_command": shlex.join([sys.executable, os.path.abspath(__file__)] + cli),
         "started": started, "machine": machine.describe(binaries.REPO_DIR),
         "allocators": [{"name": a.name, "preload": a.preload, "version": a.version,
-                        "settings": a.settings} for a in allocs],
+                        "settings": a.settings} for a in allocs]
+                      + [{"name": a.name, "preload": a.preload, "version": a.version, "settings": a.settings,
+                          "large_heap_only": True} for a in big_allocs if a not in allocs],
         "skipped": [{"name": s.name, "note": s.note} for s in skipped],
         "scale_notes": workloads.scale_notes(args.mode) if benches or loops else [],
         "notes": notes,
@@ -438,6 +449,7 @@ def main(argv=None):
                       "cachegrind_size": p.params(programs.cachegrind_size(p, args.mode)) if cachegrind_progs else None,
                       "glibc_preloads_libc": p.glibc_preloads_libc} for p in progs],
         "skipped_programs": skipped_programs,
+        "bigheap": bigheap.describe(bigprogs, args.mode, big_allocs) if bigprogs else None,
         "cachegrind_options": runner.CACHEGRIND_GEOMETRY if cachegrind_progs else [],
         "phase_seconds": {},
     }
@@ -468,6 +480,8 @@ def main(argv=None):
         phase("workloads", timed)
     if progs:
         phase("programs", real_programs)
+    if bigprogs:
+        phase("large-heap programs", lambda: bigheap.run_all(suite, bigprogs, big_allocs, log))
     if loops:
         log("callgrind")
         phase("callgrind", lambda: suite.run_callgrind(loops))

@@ -29,6 +29,7 @@ class Outcome:
     stdout: str
     stderr: str
     timed_out: bool
+    watched: dict = None  # the figures of run()'s watch, if one was given
 
     @property
     def result(self):
@@ -78,12 +79,15 @@ def command_line(argv, env_preload, settings=None):
     return prefix + shlex.join(argv)
 
 
-def run(argv, env, timeout):
-    """Runs argv with env; returns an Outcome."""
+def run(argv, env, timeout, watch=None):
+    """Runs argv with env; returns an Outcome. watch, if given, is started as
+    watch(pid) once the process is and stopped (.stop(), which returns a dict of
+    figures for Outcome.watched) once it has been waited for."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
+        watcher = watch(proc.pid) if watch else None
         timed_out = False
         try:
             proc.wait(timeout)
@@ -91,12 +95,13 @@ def run(argv, env, timeout):
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        watched = watcher.stop() if watcher is not None else None
         wall = time.perf_counter() - start
         out.seek(0)
         err.seek(0)
         return Outcome(wall_seconds=wall, exit_status=proc.returncode,
                        stdout=out.read().decode(errors="replace"),
-                       stderr=err.read().decode(errors="replace"), timed_out=timed_out)
+                       stderr=err.read().decode(errors="replace"), timed_out=timed_out, watched=watched)
 
 
 _COLLECTED = re.compile(r"^==\d+== Collected : (\d+)\s*$", re.M)

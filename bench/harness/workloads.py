@@ -31,6 +31,7 @@ SOURCES = {
     "class_shift": "class_shift.c",
     "heap_requests": "heap_requests.c",
     "fastpath_loop": "fastpath_loop.c",
+    "pointer_chase": "pointer_chase.c",  # a large-heap program (bigheap.py)
     "exec_rusage": "exec_rusage.c",  # not a workload: runs the real programs (programs.py)
 }
 
