@@ -55,7 +55,8 @@ fn main() {
 
     build
         .include(&include)
-        .includes(&dirs) // each layer's folder, as the CMake build's include paths
+        .include(&src) // "api/api.h": the layer headers by folder, as in the CMake build
+        .includes(&dirs)
         .define("_GNU_SOURCE", None)
         .define("HAKMEM_DEBUG", "0")
         .define("HAKMEM_VALGRIND", "0")
