@@ -67,9 +67,10 @@ static const char *const option_names[] = {"HAKMEM_PURGE_DELAY_MS", "HAKMEM_REGI
                                            "HAKMEM_THP", "HAKMEM_STATS", "HAKMEM_BACKGROUND",
                                            "HAKMEM_PROF", "HAKMEM_PROF_RATE",
                                            "HAKMEM_PROF_PREFIX", "HAKMEM_PROF_PEAK_STEP",
-                                           "HAKMEM_PROF_LEAKS"};
+                                           "HAKMEM_PROF_LEAKS", "HAKMEM_FAULT"};
 enum { OPT_PURGE_DELAY_MS, OPT_REGION_CACHE, OPT_THP, OPT_STATS, OPT_BACKGROUND,
        OPT_PROF, OPT_PROF_RATE, OPT_PROF_PREFIX, OPT_PROF_PEAK_STEP, OPT_PROF_LEAKS,
+       OPT_FAULT, /* read by os.c in Debug builds */
        OPTION_COUNT = sizeof option_names / sizeof option_names[0] };
 
 static bool known_option(const char *entry, size_t len) {
@@ -135,5 +136,8 @@ void options_init(void) {
     hak_opt.prof_peak_step = x;
   const char *prefix = option_value(option_names[OPT_PROF_PREFIX]);
   if (prefix != NULL && *prefix != '\0') hak_opt.prof_prefix = prefix;
+  const char *fault = option_value(option_names[OPT_FAULT]);
+  if (!HAKMEM_DEBUG && fault != NULL && *fault != '\0')
+    warn_ignored(option_names[OPT_FAULT], fault, "a Debug build: release builds inject no failures");
   errno = saved_errno;
 }
