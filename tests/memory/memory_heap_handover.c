@@ -29,9 +29,10 @@
  *                                and it must wait for it. At least 3/4 of the
  *                                generations after the first must take over the heap
  *                                their frees went to (all of them, unless the machine
- *                                stalls the exiting thread), and RSS must stay within
- *                                baseline + 2.5 x the working set (a take-over missed
- *                                leaves a working set waiting in a parked heap). Not
+ *                                stalls the exiting thread: each wait in vain excuses
+ *                                one), and RSS must stay within baseline + 2.5 x the
+ *                                working set, + 1 for each wait in vain (a take-over
+ *                                missed leaves a working set waiting in a parked heap). Not
  *                                waiting, a new thread almost never finds its
  *                                predecessor's heap parked.
  *   memory_heap_handover linger  64 generations, each starting the next and lingering
@@ -250,7 +251,7 @@ static void *park_a_heap(void) {
 }
 
 static void overlap(size_t baseline) {
-  unsigned long long before = report_figure(TAKEN_BY_FREE);
+  unsigned long long before = report_figure(TAKEN_BY_FREE), in_vain_before = report_figure(IN_VAIN);
   /* Parked first, always the oldest: what a thread that did not wait would take. */
   void *kept = park_a_heap();
   lane l;
@@ -265,7 +266,14 @@ static void overlap(size_t baseline) {
     if (rss > highest) highest = rss;
     usleep(1000);
   }
-  require_successors(before, (GENERATIONS - 1) * 3 / 4, highest, baseline + 5 * WORKING_SET / 2);
+  /* A take-over is missed only when the machine stalls the exiting thread past the new
+   * one's wait, which the report counts as a wait in vain: each excuses one take-over and
+   * the working set it leaves waiting in the parked heap. */
+  unsigned long long in_vain = report_figure(IN_VAIN) - in_vain_before;
+  unsigned long long expected = (GENERATIONS - 1) * 3 / 4;
+  printf("%llu waits in vain (a stalled predecessor)\n", in_vain);
+  require_successors(before, expected > in_vain ? expected - in_vain : 0, highest,
+                     baseline + (5 + 2 * in_vain) * WORKING_SET / 2);
   lane_free(&l);
   free(kept);
 }
@@ -287,15 +295,25 @@ static void *lingering_generation(void *arg) {
   return NULL;
 }
 
+/* The bound on waits in vain follows heap_take_parked's moving score (out of 256, an
+ * eighth of the way per wait, waits at full rate while it is at least 64): 11 failures in
+ * a row from 256 bring it below 64, then one new thread in 16 probes (4 of 64
+ * generations), and slack of 5. A wait that pays (on a loaded machine the predecessor
+ * sometimes does exit within the wait) lifts the score by at most 24, which buys at most
+ * 3 more failures at the full rate: each success adds 3 to the bound. */
 static void linger(void) {
   sem_init(&lane_done, 0, 0);
-  unsigned long long before = report_figure(IN_VAIN);
+  unsigned long long before = report_figure(IN_VAIN), waits_before = report_figure(WAITS);
   generations_left = LINGER_GENERATIONS;
   pthread_detach(start_thread(lingering_generation, mt_malloc_touched(256)));
   sem_wait(&lane_done);
   unsigned long long in_vain = report_figure(IN_VAIN) - before;
-  printf("%d generations, %llu waits in vain\n", LINGER_GENERATIONS, in_vain);
-  if (in_vain > 20) mt_fail("%llu waits in vain (at most 20 expected)", in_vain);
+  unsigned long long paid = report_figure(WAITS) - waits_before - in_vain;
+  unsigned long long bound = 20 + 3 * paid;
+  printf("%d generations, %llu waits in vain, %llu waits that paid\n", LINGER_GENERATIONS,
+         in_vain, paid);
+  if (in_vain > bound)
+    mt_fail("%llu waits in vain (at most %llu expected with %llu that paid)", in_vain, bound, paid);
 }
 
 /* cancel: the thread whose first malloc is cancelled while it waits. */

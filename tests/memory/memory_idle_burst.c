@@ -1,8 +1,9 @@
 /* Memory goes back when the program goes quiet.
  *
  * A burst fills FILL bytes of mixed blocks (16 B .. 2 KiB), frees them all, and then the
- * program goes quiet; by the purge delay + 200 ms, RSS must be back within 5 MiB of the
- * baseline taken before the burst, with the library's default settings:
+ * program goes quiet; by the purge delay + 200 ms (of time the process could run: the
+ * time its threads wait for a CPU on a busy machine moves the deadline), RSS must be back
+ * within 5 MiB of the baseline taken before the burst, with the library's default settings:
  *   sleep    one thread; quiet = sleeping, no allocator call at all
  *   tick     one thread; quiet = one malloc+free of 32 bytes every millisecond, which
  *            never leaves the fast paths
@@ -102,16 +103,64 @@ static void quiet_for(unsigned ms, bool tick) {
   }
 }
 
-/* RSS at the deadline (purge delay + 200 ms after the last free) must be within SLACK of
- * the baseline; the figures along the way are printed to show how it fell. */
-static void require_back(size_t baseline, double freed_at, bool tick) {
-  double deadline = freed_at + (purge_delay_ms() + 200) / 1000.0;
+/* Nanoseconds this process's threads have spent runnable but waiting for a CPU
+ * (/proc/self/task/TID/schedstat, its second field), or 0 where the kernel keeps none. */
+static double run_delay_s(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return 0;
+  unsigned long long sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+    FILE *f = fopen(path, "r");
+    unsigned long long run, delay;
+    if (f == NULL) continue;
+    if (fscanf(f, "%llu %llu", &run, &delay) == 2) sum += delay;
+    fclose(f);
+  }
+  closedir(d);
+  return sum / 1e9;
+}
+
+/* Waits quietly until `deadline`, printing RSS every 50 ms. */
+static void quiet_until(double deadline, double freed_at, bool tick) {
   while (tu_now() < deadline) {
     double left = deadline - tu_now();
     quiet_for(left > 0.05 ? 50 : (unsigned)(left * 1000) + 1, tick);
     printf("  +%4.0f ms: RSS %.1f MiB\n", (tu_now() - freed_at) * 1000, mt_mib(tu_rss_bytes()));
   }
-  size_t rss = mt_rss("at purge delay + 200 ms");
+}
+
+/* The most a busy machine may move the deadline: a purge thread that never runs fails. */
+#define MOST_DELAY_S 10.0
+
+/* RSS at the deadline (purge delay + 200 ms after the last free) must be within SLACK of
+ * the baseline; the figures along the way are printed to show how it fell. The promise
+ * is of time the process may run: where it is not back yet, the deadline moves by the
+ * time its threads waited for a CPU meanwhile (the machine's load, not the library's
+ * doing), as often as that time grows, up to MOST_DELAY_S, and says so. */
+static void require_back(size_t baseline, double freed_at, bool tick) {
+  double delay0 = run_delay_s(), moved = 0;
+  double deadline = freed_at + (purge_delay_ms() + 200) / 1000.0;
+  quiet_until(deadline, freed_at, tick);
+  size_t rss = tu_rss_bytes();
+  int moves = 0;
+  while (rss > baseline + SLACK) {
+    double waited = run_delay_s() - delay0;
+    if (waited <= moved + 0.001 || waited > MOST_DELAY_S) break;
+    printf("  not back yet; its threads have waited %.0f ms for a CPU since the free: the "
+           "deadline moves by %.0f ms\n", waited * 1000, (waited - moved) * 1000);
+    deadline += waited - moved;
+    moved = waited;
+    moves++;
+    quiet_until(deadline, freed_at, tick);
+    rss = tu_rss_bytes();
+  }
+  printf("deadline moved %d times, by %.0f ms in all, for the time the machine kept this "
+         "process waiting\n", moves, moved * 1000);
+  rss = mt_rss("at purge delay + 200 ms of time the process could run");
   mt_print_info("allocator:");
   mt_require_at_most("RSS above the baseline", rss > baseline ? rss - baseline : 0, SLACK);
 }

@@ -1,4 +1,4 @@
-/* The heap profile writer (src/prof_proto.c) driven by known samples; check_profile.py
+/* The heap profile writer (src/profile/prof_proto.c) driven by known samples; check_profile.py
  * reads what it writes (with Python's gzip and protobuf decoding of its own, and with
  * pprof). Modes:
  *   write <profile> <expect>  samples whose stacks are return addresses inside this
@@ -12,7 +12,7 @@
  *                             leaves errno alone
  * <expect> lists the samples as written: four values, then the stack in hex, per line.
  */
-#include "prof_proto.h"
+#include "profile/profile.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,9 +10,10 @@
   hakmem gcore [FILE]   gcore, leaving out the slab map's 16 GiB reservation
 
 Load it with `source tools/gdb/hakmem_gdb.py`, or let gdb auto-load the installed copy
-(docs/debugging.md). It needs the library's debug info for the layout of src/types.h's
-structures (the library is built with -g); the constants below mirror that header. The
-commands only read memory, except `hakmem gcore`, which calls madvise in the process.
+(docs/debugging.md). It needs the library's debug info for the layout of the structures
+of src/space/space.h and src/block/block.h (the library is built with -g); the constants
+below mirror src/base/base.h. The commands only read memory; `hakmem gcore` calls madvise
+in the process only where the library has not marked the slab map MADV_DONTDUMP itself.
 A bad pointer anywhere yields a line saying what could not be read, never a Python error.
 """
 
@@ -20,7 +21,7 @@ import struct
 
 import gdb
 
-# ---- src/types.h's constants (the structures' layout comes from the debug info) --------
+# ---- src/base/base.h's constants (the structures' layout comes from the debug info) ----
 UNIT_SHIFT = 16
 REGION_SHIFT = 26
 REGION_SIZE = 1 << REGION_SHIFT
@@ -94,7 +95,7 @@ class Hakmem:
         self.region_map_len = self.global_value("region_map").type.range()[1] + 1
         if (self.region_map_len != 1 << (ADDRESS_BITS - REGION_SHIFT)
                 or self.units_per_region != 1 << (REGION_SHIFT - UNIT_SHIFT)):
-            print("hakmem: warning: this script's geometry (src/types.h) differs from the "
+            print("hakmem: warning: this script's geometry (src/base/base.h) differs from the "
                   "library's: region_map has %d entries, a region %d units"
                   % (self.region_map_len, self.units_per_region))
         self.free_unit_slab = self.address_of("region_free_unit_slab")
@@ -152,7 +153,7 @@ class Hakmem:
                     return int(sym.value().address.cast(gdb.lookup_type("unsigned long")))
                 except gdb.error:
                     pass
-        for where in ("region.c", "heap_handover.c", "purge.c", "huge.c"):
+        for where in ("region.c", "heap_lifecycle.c", "purge.c", "huge.c"):
             try:
                 v = gdb.parse_and_eval("&'%s'::%s" % (where, name))
             except gdb.error:
@@ -828,31 +829,72 @@ def cmd_thread(hk, arg):
 
 
 # ---- hakmem gcore -------------------------------------------------------------------------
+def one_line(e):
+    text = str(e).strip().splitlines()
+    return text[0].rstrip(".") if text else type(e).__name__
+
+
+def marked_dontdump(pid, base, length):
+    """True when /proc says the mapping holding [base, base+length) is VM_DONTDUMP ("dd"),
+    None when /proc cannot tell (a remote target, another machine's pid)."""
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            inside = False
+            for line in f:
+                head = line.split(None, 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo <= base < hi
+                elif inside and head == "VmFlags:":
+                    return "dd" in line.split()[1:]
+    except (OSError, ValueError):
+        return None
+    return False
+
+
 def cmd_gcore(hk, arg):
-    """gcore, with the slab map's reservation marked MADV_DONTDUMP for the dump's time: it
-    is 16 GiB of address space that reads as zero, and gcore writes it all (a 17 GB file,
-    a minute's work). The map only mirrors the region headers' unit maps, so hakmem's
-    commands lose nothing (hakmem ptr says its entry is unreadable)."""
+    """gcore, without the slab map's reservation: 16 GiB of address space that reads as
+    zero, and gcore would write it all (a 17 GB file, a minute's work). The library marks
+    it MADV_DONTDUMP when it maps it, and gdb (8 and later) skips such mappings; only where
+    /proc does not show that mark is it set from gdb, for the dump's time, with an inferior
+    call. The map only mirrors the region headers' unit maps, so hakmem's commands lose
+    nothing (hakmem ptr says its entry is unreadable)."""
     connection = getattr(hk.inf, "connection", None)  # gdb 11 and later
     if connection is not None and connection.type == "core":
         raise Fail("hakmem gcore needs a live process; this is a core file already")
     base = hk.int_global("slab_map")
     length = hk.int_global("slab_map_units") * 8
+    path = arg.strip() or "core.%d" % hk.inf.pid
+    marked = bool(length == 0 or marked_dontdump(hk.inf.pid, base, length))
     lock = gdb.parameter("scheduler-locking")
-    marked = False
     call = "((int (*)(void *, unsigned long, int))madvise)((void *)%d, %d, %%d)" % (base, length)
+    called = False
     try:
-        if length:
+        if not marked:
             gdb.execute("set scheduler-locking on", to_string=True)  # no other thread runs
-            rc = int(gdb.parse_and_eval(call % MADV_DONTDUMP))
-            marked = rc == 0
-            if not marked:
+            try:
+                called = int(gdb.parse_and_eval(call % MADV_DONTDUMP)) == 0
+            except gdb.error as e:
+                raise Fail("gcore not written: gdb cannot call madvise in the process to leave "
+                           "out the slab map's 16 GiB (%s); take the kernel's core instead: "
+                           "ulimit -c unlimited, then kill -ABRT %d" % (one_line(e), hk.inf.pid))
+            if not called:
                 print("hakmem: madvise(MADV_DONTDUMP) failed: the core keeps the slab map")
-        gdb.execute("gcore %s" % arg if arg else "gcore")
+        try:
+            out = gdb.execute("gcore %s" % path, to_string=True)
+        except gdb.error as e:
+            raise Fail("gcore failed: %s; the kernel's core is another way: ulimit -c "
+                       "unlimited, then kill -ABRT %d" % (one_line(e), hk.inf.pid))
+        for line in out.splitlines():
+            if line.startswith("Saved corefile"):
+                print(line)
     finally:
-        if marked:
-            gdb.parse_and_eval(call % MADV_DODUMP)
-        if length:
+        if called:
+            try:
+                gdb.parse_and_eval(call % MADV_DODUMP)
+            except gdb.error:
+                pass
+        if not marked:
             gdb.execute("set scheduler-locking %s" % lock, to_string=True)
 
 

@@ -1,0 +1,97 @@
+/* Process and thread life cycle: one-time set-up (which may run from the dynamic
+ * loader, a constructor, or recursively from a call it makes), the thread-exit hook,
+ * fork handlers and the exit report. */
+
+#include "api/api.h"
+
+#include <sched.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static _Atomic long init_thread;
+pthread_key_t hak_thread_key;
+bool hak_key_ready;
+
+static void thread_exit(void *arg) {
+  hak_heap_t *h = arg;
+  heap_user_thread_exit(h); /* its user heaps go into its heap first */
+  if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
+  heap_abandon(h);
+  if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_unwind_thread_exit();
+}
+
+/* The locks, in their order; the forking thread's own heap lock too, which the purge
+ * thread may hold while it trims that heap. */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&heaps_lock);
+  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_lock(&hak_tls_heap->lock);
+  pthread_mutex_lock(&region_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&region_lock);
+  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_unlock(&hak_tls_heap->lock);
+  pthread_mutex_unlock(&heaps_lock);
+}
+
+static void fork_child(void) {
+  pthread_mutex_init(&region_lock, NULL);
+  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_init(&hak_tls_heap->lock, NULL);
+  pthread_mutex_init(&heaps_lock, NULL);
+  heap_atfork_child();
+  heap_user_atfork_child();
+  purge_thread_atfork_child();
+}
+
+static uintptr_t random_word(void) {
+  uintptr_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != sizeof v) {
+    struct timespec t = os_monotonic_after(0); /* a weaker mix, where getrandom fails */
+    v = ((uintptr_t)t.tv_sec << 30 ^ (uintptr_t)t.tv_nsec) ^ (uintptr_t)&v ^ ((uintptr_t)getpid() << 17);
+  }
+  return v | 1; /* never zero, so a zeroed word is never a valid free tag */
+}
+
+void hak_process_init(void) {
+  if (hak_likely(atomic_load_explicit(&hak_init_state, memory_order_acquire) == 2)) return;
+  long me = (long)syscall(SYS_gettid);
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&hak_init_state, &expected, 1)) {
+    /* Someone else is initialising. If it is us (a recursive call from the set-up
+     * below), the core is already usable; otherwise wait for them. */
+    if (atomic_load(&init_thread) == me) return;
+    while (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) sched_yield();
+    return;
+  }
+  atomic_store(&init_thread, me);
+  checkers_at_start(); /* before any call a sanitizer intercepts */
+  options_init();
+  size_class_init();
+  hak_cookie = random_word();
+  hak_list_key = random_word();
+  if (HAKMEM_SECURE) secure_init();
+  /* Both calls may allocate; they find the core ready and this thread's heap made. */
+  if (pthread_key_create(&hak_thread_key, thread_exit) == 0) hak_key_ready = true;
+  os_atfork(fork_prepare, fork_parent, fork_child);
+  atomic_store_explicit(&hak_init_state, 2, memory_order_release);
+}
+
+__attribute__((constructor)) static void hak_constructor(void) {
+  heap_get();
+  if (hak_tls_heap == &hak_heap_empty) return;
+  if (hak_key_ready) pthread_setspecific(hak_thread_key, hak_tls_heap);
+  /* Loaded by the main thread (preloaded, or linked): see heap_mark_main. */
+  if (syscall(SYS_gettid) == syscall(SYS_getpid)) heap_mark_main(hak_tls_heap);
+  if (hak_opt.prof) prof_init(); /* after the thread's heap and the fork handlers */
+}
+
+/* The shared library's DT_FINI (CMakeLists.txt: -fini), in the hot code. */
+void hak_fini(void);
+void hak_fini(void) {}
+
+__attribute__((destructor)) static void hak_destructor(void) {
+  /* The exit profile and leak report, before the statistics. */
+  if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_exit();
+  if (hak_opt.stats) stats_print(stderr);
+}

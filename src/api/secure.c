@@ -1,0 +1,425 @@
+/* The hardened build's checks (HAKMEM_SECURE=1, libhakmem-secure). The default build
+ * compiles none of it: its callers' `if (HAKMEM_SECURE)` branches fold away, and the
+ * CPU-feature check below would otherwise bring in libgcc's start-up constructor, which
+ * runs CPUID at every program's load.
+ *
+ * A hardened small block of class size S holding n bytes (n <= S - SECURE_TAIL):
+ *   live: [0, n) data | [n, n+8) canary word | [n+8, S-8) zero | [S-8, S) size word
+ *   free: [0, 8) link or 0 | [8, 16) free tag | [16, S-8) zero | [S-8, S) size word
+ * The size word is n ^ key ^ address. free() checks the canary word and size word
+ * (overflow) and the block below (underflow), zeroes [0, n+8) and parks the block in a
+ * per-thread quarantine, which it leaves when seen still zero (else: write after free).
+ * So malloc writes two words, and hands out zero memory. Large blocks: large.c, guard.c. */
+#include "api/api.h"
+
+#include <errno.h>
+#include <string.h>
+
+#if HAKMEM_SECURE
+
+/* ---- canary words and size words ------------------------------------------------ */
+/* Canary bytes are in 0xC0..0xFF, so a zero (a string's terminator), text or a small
+ * number written past the end always differs; they depend on the address mod 8 only,
+ * so one random word, made at start-up, holds all eight. */
+static uint64_t canary_w;
+static uint64_t canary_rot[8]; /* canary_w rotated right by 0..7 bytes (canary_at) */
+static bool use_avx2; /* the zero check in 32-byte steps (secure_init) */
+/* x86 builds also compile the zero check for AVX2 and pick at start-up. */
+#if defined(__x86_64__) || defined(__i386__)
+#define SECURE_AVX2_VARIANTS 1
+#else
+#define SECURE_AVX2_VARIANTS 0
+#endif
+
+void secure_init(void) {
+  /* A size word's top bytes are the key's (sizes and addresses stay below 2^47), and its
+   * top byte is the byte right below the next block. In 0xC0..0xFF like the canary bytes,
+   * an underflow that writes a zero, text or a small number there always changes it (a
+   * random top byte equalled the byte written one run in 256, and the write went unseen). */
+  hak_list_key |= (uintptr_t)0xC0C0 << 48;
+  for (unsigned i = 0; i < 8; i++)
+    canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
+  canary_rot[0] = canary_w;
+  for (unsigned r = 1; r < 8; r++) canary_rot[r] = canary_w >> (8 * r) | canary_w << (64 - 8 * r);
+#if SECURE_AVX2_VARIANTS
+  __builtin_cpu_init();
+  use_avx2 = __builtin_cpu_supports("avx2");
+#endif
+}
+
+/* Unaligned words: the canary word starts anywhere. */
+static inline uint64_t load64(uintptr_t a) {
+  uint64_t v;
+  memcpy(&v, (const void *)a, 8);
+  return v;
+}
+static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
+
+/* The canary word as read from address a: byte i is the canary byte of a + i (the
+ * word rotated by a mod 8 bytes, one of eight made at start-up). */
+static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
+
+/* ---- the zero check ------------------------------------------------------------ */
+/* The zero check is written once, over 32-byte vectors, and compiled twice: for
+ * baseline x86-64 (GCC splits each vector into two SSE2 halves) and for AVX2.
+ * secure_init picks one; a flag in a plain branch, not a writable code pointer, selects
+ * it. */
+typedef uint64_t hak_v4 __attribute__((vector_size(32)));
+
+hak_inline void v_load(hak_v4 *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
+hak_inline bool v_zero(const hak_v4 *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
+
+/* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
+hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
+  size_t len = to - from;
+  if (len < 8) {
+    uint64_t acc = 0;
+    for (; from < to; from++) acc |= *(const uint8_t *)from;
+    return acc == 0;
+  }
+  if (len < 32) {
+    uint64_t acc = load64(from) | load64(to - 8);
+    if (len > 16) acc |= load64(from + 8) | load64(to - 16);
+    return acc == 0;
+  }
+  hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
+  v_load(&a0, to - 32);
+  for (; from + 128 <= to; from += 128) { /* four vectors a step */
+    hak_v4 u, v;
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    v_load(&u, from + 64);
+    v_load(&v, from + 96);
+    a0 |= x | u;
+    a1 |= y | v;
+  }
+  if (from + 64 <= to) {
+    v_load(&x, from);
+    v_load(&y, from + 32);
+    a0 |= x;
+    a1 |= y;
+    from += 64;
+  }
+  if (from + 32 <= to) {
+    v_load(&x, from);
+    a0 |= x;
+  }
+  a0 |= a1;
+  return v_zero(&a0);
+}
+
+hak_noinline static bool all_zero_base(uintptr_t from, uintptr_t to) { return all_zero_body(from, to); }
+#if SECURE_AVX2_VARIANTS
+hak_noinline __attribute__((target("avx2"))) static bool all_zero_avx2(uintptr_t from, uintptr_t to) {
+  return all_zero_body(from, to);
+}
+#else /* use_avx2 stays false */
+#define all_zero_avx2 all_zero_base
+#endif
+
+/* Is the block at a, of slab s, as free() left it: link 0, its free tag, zero up to its
+ * size word, and a sane size word? Blocks of up to 64 bytes a word a step, inline. */
+static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
+  if (secure_size_decode(secure_size_word(a, S)) > S - SECURE_TAIL) return false;
+  const uint64_t *w = (const uint64_t *)a;
+  uint64_t acc = w[0] | (w[1] ^ block_free_tag(s));
+  if (hak_likely(S <= 64)) {
+    for (uintptr_t p = a + 16; p < a + S - 8; p += 8) acc |= *(const uint64_t *)p;
+    return acc == 0;
+  }
+  return acc == 0 && (use_avx2 ? all_zero_avx2(a + 16, a + S - 8) : all_zero_base(a + 16, a + S - 8));
+}
+
+/* Zero [a + from, a + to), whole words, without a call for up to 32 bytes. */
+static inline void zero_range(uintptr_t a, size_t from, size_t to) {
+  size_t len = to - from;
+  if (hak_likely(len <= 32)) {
+    store64(a + from, 0);
+    store64(a + to - 8, 0);
+    if (len > 16) {
+      store64(a + from + 8, 0);
+      store64(a + to - 16, 0);
+    }
+  } else {
+    memset((void *)(a + from), 0, len);
+  }
+}
+
+/* Only free blocks of two pages or more are purged (deferred.c), marked in [16, 24). */
+static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && block_purged(a); }
+
+/* Hands out the free block at a for n bytes: was = its size word's n (checked sane). A
+ * block that has been through free() and the quarantine (was > 0) is zero but for its
+ * link and (purged) mark; any other (new, or released unchecked) is zeroed whole. Then
+ * the canary word after the data, then the size word. */
+static inline void arm_free_block(uintptr_t a, size_t n, size_t S, size_t was) {
+  if (hak_likely(was != 0)) {
+    store64(a, 0);
+    if (maybe_purged(a, S)) store64(a + 16, 0);
+  } else {
+    memset((void *)a, 0, S - 8);
+  }
+  store64(a + n, canary_at(a + n));
+  secure_size_encode(secure_size_word(a, S), n);
+}
+
+void *secure_arm(void *p, size_t n) {
+  uintptr_t a = (uintptr_t)p;
+  if (p == NULL || region_map_kind(a) != MAP_REGION) return p;
+  hak_slab_t *s = region_slab_of(a);
+  if (slab_owner(s) == OWNER_LARGE) return p;
+  size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
+  if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", p);
+  arm_free_block(a, n, S, was);
+  return p;
+}
+
+/* realloc within the block, from n1 to n2 bytes. Another thread may be checking this
+ * block as the block below its own (check_below_full): it reads the size word, then the
+ * canary word that size names, then both again. So the new canary word is written
+ * before the size word names it, and the old one cleared only after. */
+void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2) {
+  uintptr_t a = (uintptr_t)p;
+  if (n2 == n1) return p;
+  store64(a + n2, canary_at(a + n2));
+  hak_compiler_barrier();
+  secure_size_encode(secure_size_word(a, s->block_size), n2);
+  hak_compiler_barrier();
+  if (n2 > n1) {
+    if (n2 > n1 + 8) memset((void *)(a + n1), 0, 8);
+    else memset((void *)(a + n1), 0, n2 - n1);
+  } else {
+    memset((void *)(a + n2 + 8), 0, n1 - n2);
+  }
+  return p;
+}
+
+size_t secure_usable(void *p, hak_slab_t *s) {
+  size_t n = secure_size_decode(secure_size_word((uintptr_t)p, s->block_size));
+  if (n > s->block_size - SECURE_TAIL) hak_fatal_at("heap overflow detected", p);
+  return n;
+}
+
+/* ---- the block below ----------------------------------------------------------- */
+/* Checked when a block at a of an owned slab s is allocated or freed: the block below
+ * it must have a sane size word (block 0: the guard word before it) and, if live, its
+ * canary word intact: an overrun of that block by one byte, or of ours below our start,
+ * shows there. Only in our own slabs: no other thread arms their blocks. */
+hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
+  size_t S = s->block_size;
+  const uintptr_t *w = (const uintptr_t *)(a - 8);
+  if (a == s->start) {
+    if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)a);
+    return;
+  }
+  uintptr_t b = a - S;
+  if (b == s->start && secure_size_decode((const uintptr_t *)(b - 8)) > S - SECURE_TAIL)
+    hak_fatal_at("heap overflow detected", (void *)b); /* block 0's guard word, as above */
+#if defined(__SANITIZE_THREAD__)
+  /* The rest reads bytes that another thread may be writing, by design (and validates
+   * what it read after): ThreadSanitizer builds check the size word only. */
+  if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  return;
+#endif
+  /* Its tag before its size word and canary word: a thread freeing it sets the tag
+   * before it clears the canary word, and a resize writes the new canary word before
+   * the size word (x86 keeps the order of stores, and of loads). */
+  bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  hak_compiler_barrier();
+  size_t n = secure_size_decode(w);
+  if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  if (is_free || n == 0) return; /* free: the quarantine checks it; 0: never armed */
+  if (hak_likely(load64(b + n) == canary_at(b + n))) return;
+  /* Not what it should be, or another thread changed the block since we read its tag and
+   * size word: its free set the tag and then zeroed the canary word, or its realloc
+   * moved it. Both are read again after the canary word: a block that has since become
+   * free or changed size is not judged. */
+  hak_compiler_barrier();
+  bool now_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  if (now_free || secure_size_decode(w) != n) return;
+  hak_fatal_at("heap overflow detected", (void *)b);
+}
+
+/* The common cases inline, for a block below other than block 0: never handed out (size
+ * word 0), live with its canary word intact, or free. Anything else, check_below_full
+ * judges. */
+static inline void check_below(uintptr_t a, const hak_slab_t *s) {
+#if !defined(__SANITIZE_THREAD__)
+  size_t S = s->block_size;
+  uintptr_t b = a - S;
+  size_t n = secure_size_decode((const uintptr_t *)(a - 8));
+  if (hak_likely(b > s->start) &&
+      (n == 0 || (n <= S - SECURE_TAIL && (load64(b + n) == canary_at(b + n) ||
+                                           ((const hak_block_t *)b)->free_tag == block_free_tag(s)))))
+    return;
+#endif
+  check_below_full(a, s);
+}
+
+/* ---- free and the quarantine ---------------------------------------------------- */
+/* A block that skips the quarantine's check says 0 in its size word: nothing known. */
+static void release_unchecked(void *p, hak_slab_t *s) {
+  secure_size_encode(secure_size_word((uintptr_t)p, s->block_size), 0);
+  ((hak_block_t *)p)->free_tag = 0;
+  heap_free_slow(p, s);
+}
+
+/* A block leaves h's quarantine: checked, then freed as the fast path frees (its tag is
+ * already in place) when it is h's and its slab not full, else as another heap's. A
+ * user heap's block holds a reference on that heap while in quarantine (`user`). */
+static void quarantine_release(hak_heap_t *h, hak_block_t *old, hak_heap_t *user) {
+  uintptr_t oa = (uintptr_t)old;
+  hak_slab_t *os = region_slab_of(oa);
+  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
+  h->quarantine_bytes -= os->block_size;
+  if (user != NULL && heap_user_block_release(old, os, h, user)) return;
+  uintptr_t owner = hak_tso_load(&os->owner);
+  if (hak_likely(owner == (uintptr_t)h)) {
+    if (slab_owner_push(os, &os->free, old) == 0) heap_slab_emptied(h, os);
+    return;
+  }
+  /* Another thread's slab: that thread checks the block as its neighbours come and go,
+   * and takes a block without its tag for live, so the tag stays on all the way. */
+  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) && (owner & ~SLAB_FULL) != (uintptr_t)h)) {
+    heap_remote_batch(h, os, old);
+    return;
+  }
+  /* Ours but full, or no thread's: heap_free_other wants the tag off. Where a thread
+   * may adopt the slab meanwhile, the size word says 0 (nothing known) first. */
+  if ((owner & ~SLAB_FULL) != (uintptr_t)h) secure_size_encode(secure_size_word(oa, os->block_size), 0);
+  hak_compiler_barrier();
+  old->free_tag = 0;
+  heap_free_other(old, os, h);
+}
+
+/* check = false in a forked child for the other threads' heaps: a thread frozen in the
+ * middle of free() may have left its last block half zeroed. */
+void secure_quarantine_flush(hak_heap_t *h, bool check) {
+  for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
+    hak_block_t *q = h->quarantine[i];
+    hak_heap_t *user = h->quarantine_user[i];
+    __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
+    h->quarantine_user[i] = NULL;
+    if (q == NULL) continue;
+    if (check) {
+      quarantine_release(h, q, user);
+    } else {
+      hak_slab_t *qs = region_slab_of((uintptr_t)q);
+      h->quarantine_bytes -= qs->block_size;
+      if (user != NULL && heap_user_block_release(q, qs, h, user)) continue;
+      release_unchecked(q, qs);
+    }
+  }
+}
+
+/* A slot picked at random (the top bits of a linear congruential sequence). */
+static inline uint32_t quarantine_pick(hak_heap_t *h) {
+  uint32_t x = h->quarantine_rng * 1664525u + 1013904223u;
+  h->quarantine_rng = x;
+  return x >> (32 - 8);
+}
+/* The slot quarantine_pick will give next. */
+static inline uint32_t quarantine_peek(const hak_heap_t *h) {
+  return (h->quarantine_rng * 1664525u + 1013904223u) >> (32 - 8);
+}
+_Static_assert(QUARANTINE_SLOTS == 256 || !HAKMEM_SECURE, "quarantine_pick gives 8 bits");
+
+void secure_free(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  unsigned kind = region_map_kind(a);
+  if (hak_unlikely(kind != MAP_REGION)) {
+    free_outside_regions(p, "free");
+    return;
+  }
+  hak_slab_t *s = region_slab_of(a);
+  hak_heap_t *h = hak_tls_heap;
+  hak_block_t *b = p;
+  uintptr_t tag = block_free_tag(s);
+  uintptr_t owner = slab_owner(s);
+  /* The common case is checked inline; free_checked reports the rest (or frees a
+   * large block). */
+  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_block_start(s, a) ||
+                   b->free_tag == tag)) {
+    owner = free_checked(p, s);
+    if (owner == OWNER_LARGE) return;
+  }
+  size_t S = s->block_size;
+  size_t n = secure_size_decode(secure_size_word(a, S));
+  if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n)) hak_fatal_at("heap overflow detected", p);
+  if ((owner & ~SLAB_FULL) == (uintptr_t)h) check_below(a, s);
+  /* The tag first, then the zeros over the canary word (check_below_full's order). */
+  __atomic_store_n(&b->free_tag, tag, __ATOMIC_RELAXED); /* check_below_full reads it */
+  hak_compiler_barrier();
+  store64(a, 0);
+  size_t z = (n + 15) & ~(size_t)7; /* n + 8 up to a word: [n + 8, S - 8) is zero already */
+  if (z > 16) zero_range(a, 16, z);
+  if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
+    release_unchecked(p, s);
+    return;
+  }
+  uint32_t i = quarantine_pick(h);
+  hak_block_t *old = h->quarantine[i];
+  hak_heap_t *old_user = h->quarantine_user[i];
+  h->quarantine_user[i] = slab_user_heap(s) != NULL ? heap_user_hold(s, p, "free") : NULL;
+  __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
+  h->quarantine_bytes += (uint32_t)S;
+  if (old != NULL) quarantine_release(h, old, old_user);
+  /* The block the next free will release, on its way into the cache meanwhile. */
+  __builtin_prefetch(h->quarantine[quarantine_peek(h)], 1);
+  /* Big blocks: more go, so that the quarantine holds a bounded amount of memory. */
+  while (hak_unlikely(h->quarantine_bytes > QUARANTINE_BYTES)) {
+    i = quarantine_pick(h);
+    old = h->quarantine[i];
+    if (old == NULL || old == b) continue;
+    old_user = h->quarantine_user[i];
+    h->quarantine_user[i] = NULL;
+    __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED);
+    quarantine_release(h, old, old_user);
+  }
+}
+
+/* Past MID_MAX with the tail: a large block, which keeps n itself (its canaries are
+ * large.c's). */
+static void *secure_large(size_t n, bool zero) {
+  if (heap_get() == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return large_alloc(n, 0, zero ? LARGE_ZERO : 0);
+}
+
+void *secure_calloc(size_t n) {
+  if (n == 0) return zero_alloc();
+  if (n > MID_MAX - SECURE_TAIL) return secure_large(n, true);
+  void *p = fast_malloc_raw(n + SECURE_TAIL);
+  if (p == NULL) return NULL;
+  if (slab_owner(region_slab_of((uintptr_t)p)) == OWNER_LARGE) return memset(p, 0, n);
+  return secure_arm(p, n); /* an armed block is zero */
+}
+
+void *secure_malloc(size_t n) {
+  if (hak_likely(n - 1 < TINY_MAX - SECURE_TAIL)) { /* the fast path, plus arming */
+    hak_slab_t *s = hak_tls_alloc->direct[(n + SECURE_TAIL + 15) >> 4];
+    hak_block_t *b = s->free;
+    if (hak_likely(b != NULL)) {
+      slab_pop(s, b);
+      __builtin_prefetch(s->free, 1); /* the next malloc's block, whose link it reads */
+      uintptr_t a = (uintptr_t)b;
+      size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
+      if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", b); /* its own, overrun */
+      check_below(a, s);
+      arm_free_block(a, n, S, was);
+      return b;
+    }
+  }
+  if (n == 0) return zero_alloc();
+  if (n >= (size_t)PTRDIFF_MAX - SECURE_TAIL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (n > MID_MAX - SECURE_TAIL) return secure_large(n, false);
+  return secure_arm(fast_malloc_raw(n + SECURE_TAIL), n);
+}
+
+#endif /* HAKMEM_SECURE */

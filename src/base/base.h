@@ -1,0 +1,346 @@
+/* The bottom of hakmem's internal interface (base/, below), and its glossary.
+ *
+ * Glossary (bottom-up, as the files are layered):
+ *   unit    64 KiB of address space, the grain in which regions hand out memory.
+ *   region  a 64 MiB, 64 MiB-aligned mapping (a "superslab"). Its first units hold the
+ *           region header: the unit map and one slab descriptor per unit. Any address
+ *           inside a region finds its slab with a mask and one load (region_slab_of).
+ *   span    a run of free or used units inside one region.
+ *   slab    a span carved into blocks of one size class. Small/mid blocks live here.
+ *           A large block is a slab holding exactly one block.
+ *   block   what malloc returns. A free block's first word links the free list, its
+ *           second word holds the "free tag" (its slab descriptor's address) that makes
+ *           double frees visible in one compare.
+ *   class   a block size. Tiny classes cover <= 1 KiB, mid classes <= 128 KiB.
+ *   heap    one thread's allocation state: per-class queues of the slabs it owns.
+ *           Only the owning thread touches a slab's non-atomic fields; other threads
+ *           push frees onto the slab's atomic remote list. A user heap (hak_heap_new)
+ *           is one more heap of its creating thread, destroyed or released whole.
+ *   huge    a block over half a region (32 MiB): mapped on its own; a few freed ones of
+ *           up to 64 MiB are kept for reuse (purge.c), the rest unmapped at free.
+ *
+ * Owner word: every slab descriptor's `owner` is the owning thread heap's address, with
+ * SLAB_FULL or'ed in when the slab has no free block, or a small constant for the
+ * states no heap owns. So "freed by the owner, nothing special" is one compare. A user
+ * heap's slabs carry its thread's heap there too (so that thread frees them on the fast
+ * path) and name the user heap in `user_heap`.
+ */
+#ifndef HAKMEM_BASE_H
+#define HAKMEM_BASE_H
+
+/* base/: what every layer above uses and that calls nothing of hakmem's above it:
+ * errors, the OS calls, options, size classes, process-wide counters and keys, foreign
+ * pointers, and (instrumented builds) lock statistics. The bottom of the chain of folder
+ * headers: base.h <- profile.h <- space.h <- block.h <- heap.h <- stats.h <- api.h. */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- attributes and build switches --------------------------------------------- */
+#define hak_likely(x) __builtin_expect(!!(x), 1)
+#define hak_unlikely(x) __builtin_expect(!!(x), 0)
+/* Keeps the compiler from moving memory accesses across it; emits nothing. */
+#define hak_compiler_barrier() __asm__ volatile("" ::: "memory")
+
+/* Words read or written plainly on a fast path while other threads use atomics on them
+ * (the owner word and a slab's `used` on free; the slab map's size and entries). The
+ * protocol relies on x86 keeping stores in order and loads in order, plus a compiler
+ * barrier, for fewer instructions per free than C11 atomics. A ThreadSanitizer build
+ * turns them into the acquire loads and release stores x86 gives, so that what it
+ * reports is a race in the protocol, not these. */
+#if defined(__SANITIZE_THREAD__)
+#define hak_tso_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define hak_tso_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#else
+#define hak_tso_load(p) (*(p))
+#define hak_tso_store(p, v) (*(p) = (v))
+#endif
+#define hak_noinline __attribute__((noinline))
+#define hak_cold __attribute__((cold, noinline))
+#define hak_inline static inline __attribute__((always_inline))
+#define hak_internal __attribute__((visibility("hidden")))
+#define hak_export __attribute__((visibility("default")))
+
+/* Compile-time debug level: 0 release, 1 cheap assertions, 2 whole-slab walks.
+ * Used in plain ifs so every configuration compiles in every build. */
+#ifndef HAKMEM_DEBUG
+#define HAKMEM_DEBUG 0
+#endif
+/* The hardened build (libhakmem-secure): encoded free lists, canaries, quarantine,
+ * guard pages, zero-on-free, randomised carving. Also a plain-if constant. */
+#ifndef HAKMEM_SECURE
+#define HAKMEM_SECURE 0
+#endif
+/* ThreadSanitizer builds leave out what only the kernel's view of a thread makes safe
+ * (the purge thread's fencing of an idle heap): TSan cannot see that order. */
+#if defined(__SANITIZE_THREAD__)
+#define HAKMEM_TSAN 1
+#else
+#define HAKMEM_TSAN 0
+#endif
+/* Hardened small blocks end in canary bytes and an encoded size word. */
+#define SECURE_TAIL (HAKMEM_SECURE ? 16 : 0)
+#define QUARANTINE_SLOTS (HAKMEM_SECURE ? 256 : 1)
+#define QUARANTINE_BYTES ((uint32_t)128 << 10)
+
+/* ---- geometry ------------------------------------------------------------------- */
+#define UNIT_SHIFT 16
+#define UNIT_SIZE ((size_t)1 << UNIT_SHIFT)
+/* 64 MiB: a large block of up to 32 MiB leaves room in its region for others. */
+#define REGION_SHIFT 26
+#define REGION_SIZE ((size_t)1 << REGION_SHIFT)
+#define REGION_MASK (REGION_SIZE - 1)
+#define UNITS_PER_REGION (REGION_SIZE / UNIT_SIZE) /* 1024 */
+/* What a free unit has written is tracked in 4 KiB steps (touched_pages). */
+#define TOUCH_SHIFT 12
+/* Units 0..2 hold the header; the hardened build keeps the last unit as a guard. */
+#define REGION_HEADER_UNITS 3
+#define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
+
+/* The region map covers the 47-bit user address space, one byte per region. */
+#define ADDRESS_BITS 47
+#define REGION_MAP_ENTRIES ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT))
+
+enum region_map_kind {
+  MAP_NONE = 0,      /* not hakmem's */
+  MAP_REGION = 1,    /* a region: slabs and large blocks */
+  MAP_HUGE = 2,      /* a huge block whose header is at this region-sized chunk's start */
+  MAP_HUGE_TAIL = 3, /* the rest of a huge mapping */
+  MAP_ZERO = 4,      /* hardened build: inaccessible home of malloc(0) blocks */
+  MAP_HEAPS = 5,     /* heap structures (heap_slot.c): a heap handle is checked here */
+};
+
+/* ---- size classes -------------------------------------------------------------- */
+#define TINY_MAX 1024
+#define MID_MAX ((size_t)128 * 1024)
+#define TINY_CLASSES 20 /* 16..128 by 16, then 4 per doubling to 1024 */
+/* Mid classes: 4 per doubling, 1280 .. 128 KiB, and in the doublings of MID_EIGHTHS (a
+ * bit per power of two) one more at a power of two plus an eighth (size_class.c). */
+#define MID_EIGHTHS ((1u << 10) | (1u << 11) | (1u << 12)) /* 1152, 2304, 4608 */
+#define MID_CLASSES 31
+#define MID_SIZE_STEP 128 /* every mid class is a multiple: size_to_class's table step */
+#define NUM_CLASSES (TINY_CLASSES + MID_CLASSES)
+_Static_assert(NUM_CLASSES <= 64, "hak_heap_t's class bit masks have a bit per class");
+#define DIRECT_SLOTS (TINY_MAX / 16 + 1)
+/* Aligned allocation up to this size (and so alignment) goes through direct slots: the
+ * tiny ones, and one more per mid class up to it (1152 .. 4096), after them. */
+#define ALIGNED_DIRECT_MAX 4096
+#define MID_DIRECT_CLASSES 10
+#define ALL_DIRECT_SLOTS (DIRECT_SLOTS + MID_DIRECT_CLASSES)
+/* Large spans live inside regions up to half a region; bigger blocks get a mapping of
+ * their own, which realloc can grow by moving pages instead of copying them. */
+#define LARGE_MAX (REGION_SIZE / 2)
+#define SLAB_MAX_UNITS 8 /* the largest mid class: 4 blocks of 128 KiB */
+
+/* ---- owner word values ---------------------------------------------------------- */
+#define SLAB_FULL ((uintptr_t)1)   /* or'ed into a heap address */
+#define OWNER_NONE ((uintptr_t)0)  /* free unit, region header: never a valid block */
+/* A slab of the heap profiler's pool (prof.c): its blocks were sampled. Below
+ * OWNER_ABANDONED, so every free of one leaves the fast paths for heap_free_slow. */
+#define OWNER_PROF ((uintptr_t)0x08)
+#define OWNER_ABANDONED ((uintptr_t)0x10) /* owner thread exited; live blocks remain */
+#define OWNER_LARGE ((uintptr_t)0x20)     /* one large block; freed on the slow path */
+#define OWNER_CACHED ((uintptr_t)0x30)    /* a free span in a heap's span cache */
+
+/* The remote list word: block addresses fit in ADDRESS_BITS, and the count of a slab's
+ * blocks in the 16 bits above (like `used`: a slab holds at most UNIT_SIZE / 16). */
+#define REMOTE_COUNT_SHIFT 48
+#define REMOTE_LIST_MASK (((uintptr_t)1 << REMOTE_COUNT_SHIFT) - 1)
+_Static_assert(ADDRESS_BITS <= REMOTE_COUNT_SHIFT, "block addresses must leave the count's bits free");
+_Static_assert(UNIT_SIZE / 16 < ((uintptr_t)1 << (64 - REMOTE_COUNT_SHIFT)),
+               "a slab's blocks must fit the remote count");
+
+/* ---- lockstat.c: lock statistics for scaling studies (docs/scaling.md) -----------
+ * Built only with the CMake option HAKMEM_LOCKSTAT=ON, which defines HAKMEM_LOCKSTAT=1.
+ * Every pthread_mutex_lock/trylock/unlock and cond wait in the library then goes through
+ * lockstat.c, which counts, per lock class (the region lock, the heap-list lock, heap
+ * locks, others), acquisitions, contended acquisitions, time held (total and its median)
+ * and waited, and per call site the acquisitions and time held, and prints them at exit.
+ * Release builds compile none of it. */
+#if defined(HAKMEM_LOCKSTAT) && HAKMEM_LOCKSTAT
+#include <time.h>
+
+#pragma GCC visibility push(hidden)
+int hak_ls_lock(pthread_mutex_t *m, const char *site, int *id);
+int hak_ls_trylock(pthread_mutex_t *m, const char *site, int *id);
+int hak_ls_unlock(pthread_mutex_t *m);
+int hak_ls_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *t);
+#pragma GCC visibility pop
+
+/* A site (file:line) gets its number, and its lock class from its text ("&region_lock",
+ * "&h->lock"), at its first call. */
+#define HAK_LS_STR2(x) #x
+#define HAK_LS_STR(x) HAK_LS_STR2(x)
+#define pthread_mutex_lock(m) \
+  ({ static int ls_site_ = -1; hak_ls_lock((m), __FILE__ ":" HAK_LS_STR(__LINE__) " " #m, &ls_site_); })
+#define pthread_mutex_trylock(m) \
+  ({ static int ls_site_ = -1; hak_ls_trylock((m), __FILE__ ":" HAK_LS_STR(__LINE__) " " #m, &ls_site_); })
+#define pthread_mutex_unlock(m) hak_ls_unlock(m)
+#define pthread_cond_clockwait(c, m, clk, t) hak_ls_clockwait((c), (m), (clk), (t))
+#endif
+
+#pragma GCC visibility push(hidden)
+
+/* ---- error.c: one-line reports, then abort; calls nothing of hakmem's ------------ */
+void hak_write_stderr(const char *msg, size_t len); /* write(2) all of it, no allocation */
+size_t hak_fmt_dec(char *buf, uint64_t v); /* digits at buf, no NUL; returns how many */
+size_t hak_fmt_hex(char *buf, uint64_t v); /* "0x" and hex digits, no NUL */
+_Noreturn void hak_fatal(const char *msg);
+_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
+_Noreturn void hak_fatal_at(const char *what, const void *p);
+
+/* ---- os.c: the only file that talks to the kernel about memory ------------------ */
+/* The primitives that injected failures (Debug builds, HAKMEM_FAULT) can refuse. */
+enum os_prim { OS_MMAP, OS_MUNMAP, OS_MREMAP, OS_MPROTECT, OS_DONTNEED, OS_POPULATE,
+               OS_HUGEPAGE, OS_PRIM_COUNT };
+void os_fault_arm(bool on); /* off from now on, or on with calls counted from now */
+uint64_t os_fault_count(bool failed);  /* calls seen, or failures injected, in all */
+extern _Atomic uint64_t os_kept_bytes; /* refused munmaps: still mapped, pages given back */
+void *os_map(size_t size);                       /* NULL on failure */
+void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
+/* A huge block's mapping, charged like the C library's: its byte at `offset` aligned to
+ * `align`. NULL on failure. */
+void *os_map_block(size_t size, size_t align, size_t offset);
+void os_unmap(void *p, size_t size);
+void os_purge(void *p, size_t size); /* give pages back (or clear them); they read as zero */
+void os_set_huge_pages(void *p, size_t size, bool enable);
+/* Faults the pages in, writable, in one call (MADV_POPULATE_WRITE): the same pages, the
+ * same minor faults as a program writing them, without a trap each. False if it failed
+ * (a kernel without it: never asked again). */
+bool os_populate(void *p, size_t size);
+bool os_page_resident(const void *p); /* mincore of the page holding p */
+void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL if it cannot */
+bool os_protect(void *p, size_t size, bool accessible);
+/* Address space that reads as zero and costs no commit charge until made writable. */
+void *os_reserve_readonly(size_t size); /* NULL on failure */
+bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or read-only */
+size_t os_page_size(void);
+uint64_t os_now_ms(void);
+struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
+bool os_thread_asleep(int tid, uint64_t *mark); /* asleep in the kernel; mark: its CPU time */
+int os_thread_id(void);
+/* pthread_atfork without libc_nonshared's stub, which the link puts after the cold code
+ * (CMakeLists.txt: the link order). */
+int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* Every os_purge: the madvise(MADV_DONTNEED) calls and the bytes they covered (relaxed). */
+extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
+
+/* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
+typedef struct hak_options {
+  long purge_delay_ms;  /* HAKMEM_PURGE_DELAY_MS: 0 at once, -1 never */
+  long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
+  bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
+  bool stats;           /* HAKMEM_STATS: print a report at exit */
+  bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
+  bool background_fails; /* tests: creating it fails */
+  bool stats_json;      /* HAKMEM_STATS=json: the report at exit in JSON (ctl.c) */
+  bool prof;            /* HAKMEM_PROF: sample allocations from the start (prof.c) */
+  bool prof_leaks;      /* HAKMEM_PROF_LEAKS: the leak report at exit */
+  long prof_rate;       /* HAKMEM_PROF_RATE: mean bytes between samples; 1 every one */
+  long prof_peak_step;  /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
+  const char *prof_prefix; /* HAKMEM_PROF_PREFIX: files are prefix.<pid>[.what].heap */
+} hak_options_t;
+extern hak_options_t hak_opt;
+/* How often a heap looks at its full slabs and the purge clock, at most. */
+#define DEFERRED_PERIOD_MS 10
+/* The purge delay, but no shorter than a deferred period: how often the per-delay work
+ * (purging inside free blocks, the idle-heap scan) runs, and how long a heap must go
+ * without deferred work to count as idle. Purging off (< 0) is for callers to check. */
+hak_inline uint64_t purge_period_ms(void) {
+  return (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS ? hak_opt.purge_delay_ms
+                                                                 : DEFERRED_PERIOD_MS);
+}
+void options_init(void);
+
+/* ---- size_class.c -------------------------------------------------------------- */
+extern uint32_t class_size[NUM_CLASSES];
+extern uint8_t class_units[NUM_CLASSES];
+extern uint16_t class_carve[NUM_CLASSES]; /* blocks one carve of a slab makes */
+extern uint8_t class_of_direct[DIRECT_SLOTS];
+extern uint8_t class_of_mid[MID_MAX / MID_SIZE_STEP]; /* by (n - 1) / MID_SIZE_STEP */
+extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned to this */
+/* The first class >= c whose blocks are all aligned to 1 << bits (NUM_CLASSES: none),
+ * for alignments 32 .. MID_MAX. */
+#define ALIGN_BITS_MAX 17
+extern uint8_t class_aligned_from[ALIGN_BITS_MAX + 1][NUM_CLASSES];
+/* For sizes in (16 j, 16 j + 16] and alignment 1 << bits, both at most
+ * ALIGNED_DIRECT_MAX: the direct slot (class_direct_slot) of the first class at least
+ * that size aligned to 1 << bits. (An alignment is at least 1, so a size of 0 is never
+ * asked.) */
+#define ALIGNED_DIRECT_BITS_MAX 12
+extern uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 16];
+void size_class_init(void);
+size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 of a slab */
+
+hak_inline uint32_t size_to_class(size_t n) {
+  if (n <= TINY_MAX) return class_of_direct[(n + 15) >> 4];
+  return class_of_mid[(n - 1) / MID_SIZE_STEP]; /* n <= MID_MAX */
+}
+
+/* The heap's direct slot that points at class c's head, for c below
+ * TINY_CLASSES + MID_DIRECT_CLASSES: a tiny class's last size step, or a mid class's
+ * own slot after them. */
+hak_inline size_t class_direct_slot(uint32_t c) {
+  return c < TINY_CLASSES ? class_size[c] / 16 : DIRECT_SLOTS + (c - TINY_CLASSES);
+}
+
+/* ---- counters.c: process-wide counters every layer bumps off the fast paths ------ */
+typedef struct hak_global_stats {
+  _Atomic size_t region_bytes;   /* mapped in regions */
+  _Atomic size_t purged_bytes;   /* cumulative, given back */
+  _Atomic size_t released_bytes; /* cumulative, regions and huge unmapped */
+  _Atomic size_t committed_est;  /* region bytes that may be resident */
+  _Atomic size_t peak_in_use;
+  _Atomic size_t large_in_use;
+  _Atomic size_t huge_mapped;    /* bytes of live huge mappings */
+  _Atomic uint64_t large_allocs, huge_allocs;
+  _Atomic size_t large_prefaulted; /* bytes of large blocks faulted in at malloc (large.c) */
+  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
+      slabs_adopted, slabs_reclaimed_idle;
+  _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
+  _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
+  _Atomic uint64_t purge_passes;      /* purge passes that ran (purge.c: timed and malloc_trim) */
+  _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
+} hak_global_stats_t;
+extern hak_global_stats_t hak_gstats;
+extern uintptr_t hak_cookie;   /* random per process (init.c) */
+extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
+extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
+void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
+/* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */
+#define REMOTE_COUNTER_SHARDS 16
+typedef struct {
+  _Alignas(64) _Atomic uint64_t pushes, blocks;
+  _Atomic uint64_t singles; /* pushes of one block by a thread without a heap: both */
+} hak_remote_counter_t;
+extern hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
+uint64_t stats_remote_total(bool blocks); /* the shards summed: pushes, or blocks */
+
+/* ---- foreign.c: pointers that are not ours ------------------------------------ */
+/* A pointer not in any region: NULL, a libc block, or garbage. */
+void foreign_free(void *p, const char *fn);
+size_t foreign_usable(const void *p, const char *fn);
+
+
+/* ---- counters.c: the checker the process runs under --------------------------------
+ * Set at load by api/checkers.c (its ifunc resolvers), read by the figures (ctl.c). */
+#ifndef HAKMEM_VALGRIND
+#define HAKMEM_VALGRIND 0 /* 1: <valgrind/memcheck.h> was found (CMakeLists.txt) */
+#endif
+/* CHECKER_UNKNOWN: asked by another object's relocation before this library's own (the
+ * weak references that tell a sanitizer are not bound yet); not kept. */
+enum { CHECKER_UNKNOWN = -1, CHECKER_NONE, CHECKER_MEMCHECK, CHECKER_SANITIZER };
+extern int hak_checker; /* which one, set at load */
+
+#pragma GCC visibility pop
+
+#define HAK_ASSERT(cond)                                                              \
+  do {                                                                                \
+    if (HAKMEM_DEBUG && hak_unlikely(!(cond))) hak_fatal("assertion failed: " #cond); \
+  } while (0)
+
+#endif

@@ -1,0 +1,253 @@
+/* Large blocks (> 128 KiB, up to half a region: 32 MiB): a span of units holding one
+ * block, taken from a region and freed back to it (a growing block of up to 2 units:
+ * from and to the heap's span cache), resized in place where the neighbouring units
+ * allow. Bigger blocks are huge.c's.
+ *
+ * A large block has 16 canary bytes right before it and right after its last requested
+ * byte, which free checks (32 bytes compared on a large block's slow path; no system
+ * call); its usable size is n, which also makes a sized free's size exact. The hardened
+ * build also puts a guard page on either side (guard.c):
+ *   [guard page | ... canary | block of n bytes | canary ... | guard page | rest of span]
+ * so that a run off either end faults at once, guards the whole block when it is freed
+ * (its pages are dropped: they read as zero, and a write after free faults) and holds it
+ * in a quarantine of LARGE_QUARANTINE blocks, released in random order. The default build
+ * puts no guard inside a region: a guard page costs two system calls per block, and the
+ * kernel's guard markers hide a region from core dumps (docs/design.md). */
+
+#include "block/block.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define LARGE_CLASS NUM_CLASSES /* class_idx of a large span */
+#define LARGE_CANARY 16         /* canary bytes on either side */
+#define LARGE_HEAD 64           /* block start past the head guard: keeps it 64-aligned */
+#define LARGE_GUARD (HAKMEM_SECURE ? os_page_size() : 0) /* guard page bytes, each side */
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
+
+/* The canary bytes at a: they depend on the process and the address. */
+static void canary_words(uintptr_t a, uint64_t w[2]) {
+  w[0] = hak_cookie ^ (a * 0x9e3779b97f4a7c15ull);
+  w[1] = ~w[0] ^ hak_cookie;
+}
+static void canary_write(uintptr_t a) {
+  uint64_t w[2];
+  canary_words(a, w);
+  memcpy((void *)a, w, LARGE_CANARY);
+}
+static bool canary_intact(uintptr_t a) {
+  uint64_t w[2];
+  canary_words(a, w);
+  return memcmp((const void *)a, w, LARGE_CANARY) == 0;
+}
+
+/* The guard page after a block of n bytes at p (hardened build). */
+static uintptr_t tail_guard(uintptr_t p, size_t n) { return round_up(p + n + LARGE_CANARY, os_page_size()); }
+
+/* Prefaulting. The pages of a large block that no earlier use left resident fault in
+ * one at a time as the program writes them, a trap each; where the program writes its
+ * large blocks whole, one MADV_POPULATE_WRITE at malloc faults the same pages in for a
+ * fifth less CPU time (counted as minor faults all the same). Whether it does is learnt
+ * per thread: each block's last fresh page that the tail canary is not on, its sentinel,
+ * is left to the program and looked at (mincore) at the thread's next large malloc or at
+ * the block's free, whichever comes first. The next block is prefaulted if the sentinel
+ * was written, so a block the program leaves mostly unwritten is prefaulted at most once
+ * per change of habit (and its own sentinel, left alone, turns prefaulting off). Not for
+ * calloc (sparse tables that read as zero), nor for realloc's growing blocks, nor with
+ * transparent huge pages (a fault fills 2 MiB). */
+static __thread uintptr_t prefault_sentinel __attribute__((tls_model("initial-exec")));
+static __thread bool prefault_on __attribute__((tls_model("initial-exec")));
+
+/* Looks at the last block's sentinel, if not looked at yet. */
+static void prefault_look(void) {
+  uintptr_t sentinel = prefault_sentinel;
+  if (sentinel == 0) return;
+  prefault_sentinel = 0;
+  prefault_on = os_page_resident((const void *)sentinel);
+}
+
+/* The block of n bytes at p in a span at base whose first `resident` bytes an earlier use
+ * may have left resident: its fresh pages up to the sentinel are faulted in if `on`, and
+ * the sentinel kept for the next look. A block with no fresh sentinel teaches nothing. */
+static void prefault(uintptr_t base, size_t resident, uintptr_t p, size_t n, bool on) {
+  size_t page = os_page_size();
+  uintptr_t from = (p - LARGE_CANARY) & ~(page - 1); /* the head canary's page */
+  if (base + resident > from) from = round_up(base + resident, page);
+  uintptr_t sentinel = ((p + n) & ~(page - 1)) - page;
+  if (sentinel < from || sentinel < p) return;
+  prefault_sentinel = sentinel;
+  if (on && sentinel > from && os_populate((void *)from, sentinel - from))
+    atomic_fetch_add_explicit(&hak_gstats.large_prefaulted, sentinel - from, memory_order_relaxed);
+}
+
+/* Units for n bytes aligned to `align`: head guard, canaries, tail guard. */
+static size_t units_for(size_t n, size_t align) {
+  size_t head = round_up(LARGE_GUARD + LARGE_HEAD, align);
+  return round_up(head + n + LARGE_CANARY + 2 * LARGE_GUARD, UNIT_SIZE) >> UNIT_SHIFT;
+}
+
+/* Arms the block's end: tail canary (and guard). */
+static void arm_tail(hak_slab_t *s, size_t n) {
+  s->aux = n;
+  s->block_size = (uint32_t)n;
+  canary_write(s->start + n);
+  if (HAKMEM_SECURE) guard_set(tail_guard(s->start, n), os_page_size(), true);
+}
+
+void *large_alloc(size_t n, size_t align, unsigned flags) {
+  bool zero = flags & LARGE_ZERO;
+  if (align < LARGE_HEAD) align = LARGE_HEAD;
+  /* The heap malloc allocates from: a user heap keeps its big blocks on lists. */
+  hak_heap_t *h = hak_tls_alloc;
+  bool user = h->kind == HEAP_KIND_USER;
+  if (n > LARGE_MAX || align > LARGE_MAX / 2 || units_for(n, align) > REGION_MAX_SPAN_UNITS) {
+    void *p = huge_alloc(n, align, zero);
+    if (user && p != NULL) huge_set_heap(p, h);
+    return p;
+  }
+  size_t units = units_for(n, align);
+  bool learn = !(flags & (LARGE_ZERO | LARGE_GROWING)) && !hak_opt.thp;
+  if (learn) prefault_look();
+  bool prefault_now = learn && prefault_on;
+  /* A cached span up to a quarter bigger is as good as a new one; a growing block will
+   * fill one twice as big (its written pages are resident anyway while cached). */
+  hak_slab_t *s = NULL;
+  if (h != &hak_heap_empty) { /* the purge thread may flush the cache of an idle heap */
+    pthread_mutex_lock(&h->lock);
+    s = span_cache_take(h, units, flags & LARGE_GROWING ? 2 * units : units + units / 4);
+    pthread_mutex_unlock(&h->lock);
+  }
+  size_t counted = s != NULL ? 0 : units * UNIT_SIZE; /* new to the heap */
+  if (s == NULL) {
+    pthread_mutex_lock(&region_lock);
+    s = span_alloc(units);
+    pthread_mutex_unlock(&region_lock);
+    if (s == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  units = s->units;
+  uintptr_t base = slab_base(s);
+  uintptr_t p = round_up(base + LARGE_GUARD + LARGE_HEAD, align);
+  __atomic_store_n(&s->class_idx, LARGE_CLASS, __ATOMIC_RELAXED); /* as slab_init */
+  s->start = p;
+  s->div_magic = 0;
+  s->start_magic = 0;
+  s->used = 1;
+  /* Only what an earlier use wrote needs clearing; the rest reads as zero. */
+  size_t dirty = base + s->touched > p ? base + s->touched - p : 0;
+  if (learn) prefault(base, s->touched, p, n, prefault_now);
+  s->touched = (uint32_t)(units * UNIT_SIZE); /* the user may write all of it */
+  __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED); /* a cached span's may be stale */
+  if (zero && dirty > 0) memset((void *)p, 0, dirty < n ? dirty : n);
+  if (HAKMEM_SECURE) guard_set(base, LARGE_GUARD, true);
+  canary_write(p - LARGE_CANARY);
+  arm_tail(s, n);
+  if (user) heap_large_added(h, s, counted); /* its list's readers see it whole */
+  __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
+  atomic_fetch_add_explicit(&hak_gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.large_allocs, 1, memory_order_relaxed);
+  stats_note_in_use();
+  return (void *)p;
+}
+
+/* Back to the span cache; the hardened build lifts its guards first (the pages read as
+ * zero then): all of the span up to guarded_to. */
+static void large_release(hak_slab_t *s, uintptr_t guarded_to) {
+  if (HAKMEM_SECURE) guard_set(slab_base(s), guarded_to - slab_base(s), false);
+  /* Any thread may keep a free span: it belongs to no heap until reused. */
+  hak_heap_t *h = hak_tls_heap;
+  if (h != &hak_heap_empty) pthread_mutex_lock(&h->lock);
+  span_cache_put(h, s, os_now_ms());
+  if (h != &hak_heap_empty) pthread_mutex_unlock(&h->lock);
+}
+
+#if HAKMEM_SECURE
+#define LARGE_QUARANTINE 16
+static hak_slab_t *large_quarantine[LARGE_QUARANTINE]; /* under region_lock */
+static uint64_t large_quarantine_rng;
+
+/* Takes s in, returns the block it evicts (or NULL), chosen at random. */
+static hak_slab_t *large_quarantine_swap(hak_slab_t *s) {
+  pthread_mutex_lock(&region_lock);
+  uint64_t x = large_quarantine_rng + 0x9e3779b97f4a7c15ull + hak_cookie;
+  large_quarantine_rng = x;
+  x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
+  size_t i = (size_t)((x ^ (x >> 29)) % LARGE_QUARANTINE);
+  hak_slab_t *old = large_quarantine[i];
+  large_quarantine[i] = s;
+  pthread_mutex_unlock(&region_lock);
+  return old;
+}
+#endif
+
+void large_free(hak_slab_t *s, void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (a != s->start) hak_fatal_pointer("invalid pointer", "free", p);
+  /* Claim the block: of two threads freeing it at once, one loses here. */
+  uintptr_t expect = OWNER_LARGE;
+  if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    hak_fatal_pointer("double free", "free", p);
+  if (!canary_intact(a - LARGE_CANARY) || !canary_intact(a + s->aux))
+    hak_fatal_at("heap overflow detected", p);
+  if (prefault_sentinel - a < s->aux) prefault_look(); /* this block's */
+  heap_large_freed(s); /* if a user heap's */
+  atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,
+                            memory_order_relaxed);
+  uintptr_t guarded_to = 0;
+#if HAKMEM_SECURE
+  /* Zero on free: the whole span is guarded, its pages dropped. */
+  uintptr_t base = slab_base(s);
+  guarded_to = base + (size_t)s->units * UNIT_SIZE;
+  guard_set(base + os_page_size(), guarded_to - base - os_page_size(), true);
+  s->touched = 0;
+  s = large_quarantine_swap(s);
+  if (s == NULL) return;
+  guarded_to = slab_base(s) + (size_t)s->units * UNIT_SIZE;
+#endif
+  large_release(s, guarded_to);
+}
+
+size_t large_usable(const hak_slab_t *s, const void *p) {
+  if ((uintptr_t)p != s->start) return 0;
+  return s->block_size;
+}
+
+/* Resize without moving (default build): shrink by giving back tail units, grow over
+ * free neighbours. A block that grows keeps the units it has beyond its need (a span
+ * taken bigger for growth, LARGE_GROWING). The tail canary moves with the end. */
+void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
+  if (HAKMEM_SECURE) return NULL; /* a moved block is zeroed and quarantined */
+  uintptr_t base = slab_base(s), a = (uintptr_t)p;
+  size_t head = a - base;
+  size_t units = round_up(head + n + LARGE_CANARY, UNIT_SIZE) >> UNIT_SHIFT;
+  if (n > LARGE_MAX || units > REGION_MAX_SPAN_UNITS) return NULL;
+  if (!canary_intact(a + s->aux)) hak_fatal_at("heap overflow detected", p);
+  size_t old_bytes = (size_t)s->units * UNIT_SIZE;
+  if (units < s->units && n > s->aux) units = s->units;
+  if (units != s->units) {
+    uint64_t now = os_now_ms();
+    pthread_mutex_lock(&region_lock);
+    bool ok = true;
+    if (units < s->units) span_shrink(s, units, now);
+    else ok = span_grow(s, units);
+    pthread_mutex_unlock(&region_lock);
+    if (!ok) return NULL;
+  }
+  s->touched = (uint32_t)((size_t)s->units * UNIT_SIZE);
+  /* A user heap's statistics read the size under its lock. */
+  hak_heap_t *u = slab_user_heap(s);
+  if (u != NULL) pthread_mutex_lock(&u->lock);
+  arm_tail(s, n);
+  if (u != NULL) pthread_mutex_unlock(&u->lock);
+  size_t new_bytes = (size_t)s->units * UNIT_SIZE;
+  if (u != NULL) heap_held_add(u, new_bytes - old_bytes);
+  if (new_bytes > old_bytes)
+    atomic_fetch_add_explicit(&hak_gstats.large_in_use, new_bytes - old_bytes, memory_order_relaxed);
+  else
+    atomic_fetch_sub_explicit(&hak_gstats.large_in_use, old_bytes - new_bytes, memory_order_relaxed);
+  return p;
+}

@@ -1,0 +1,487 @@
+/* Regions: 64 MiB aligned mappings cut into 64 KiB units, the header's unit map that
+ * takes any address in the region to its slab descriptor in one load (the slow paths';
+ * free's fast path reads the same from slab_map.c), and the region map of what each
+ * region-sized chunk of the address space is. Mechanism only: which free units to
+ * purge, and when, is purge.c's to decide. Everything here runs under region_lock
+ * except the lookups in space.h. */
+
+#include "space/space.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define REGION_MAGIC 0x68616b6d656d5247ull /* "hakmemRG" */
+
+_Static_assert(sizeof(hak_region_t) <= REGION_HEADER_UNITS * UNIT_SIZE, "header too big");
+_Static_assert(sizeof(hak_slab_t) == 128, "slab descriptor layout changed");
+_Static_assert(UNIT_SIZE / 16 + 1 < UINT16_MAX, "a slab's `used` (and its pin) must fit 16 bits");
+_Static_assert(offsetof(hak_slab_t, free) == 64, "the owner's free lists must not share the line other threads read");
+
+/* One byte per possible region in the address space: 2 MiB of zero-filled .bss whose
+ * pages only become resident where regions exist. A pointer's region kind is one load.
+ * On x86-64 in .lbss, which the linker puts after all of .bss: in the middle, it would
+ * split the library's other statics, and the pages of both parts would be resident.
+ * (GCC knows .lbss for zero-filled there; elsewhere it would be 2 MiB of file.) */
+#if defined(__x86_64__) && !defined(__clang__)
+#define REGION_MAP_SECTION __attribute__((section(".lbss")))
+#else
+#define REGION_MAP_SECTION
+#endif
+uint8_t region_map[REGION_MAP_ENTRIES] REGION_MAP_SECTION;
+
+/* Units that no span covers (and the header unit) map to this descriptor: its owner
+ * matches no heap and its magic rejects every offset, so a free there is reported. */
+hak_slab_t region_free_unit_slab = {.owner = OWNER_NONE, .div_magic = 0};
+
+pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
+static hak_region_t *regions; /* all regions, newest first */
+static size_t empty_regions;  /* regions with every unit free */
+size_t region_dirty_units;    /* free units of all regions that may be resident */
+size_t region_used_units;     /* units in spans */
+
+static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
+
+static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
+  for (size_t i = from; i < from + n; i++) {
+    uint64_t m = (uint64_t)1 << (i & 63);
+    if (value) bits[i >> 6] |= m;
+    else bits[i >> 6] &= ~m;
+  }
+}
+
+/* The first index >= from whose bit is `value`, or UNITS_PER_REGION. */
+hak_inline size_t next_bit(const uint64_t *bits, size_t from, bool value) {
+  for (size_t w = from >> 6; w < UNITS_PER_REGION / 64; w++) {
+    uint64_t word = value ? bits[w] : ~bits[w];
+    if (w == from >> 6) word &= ~(uint64_t)0 << (from & 63);
+    if (word) return w * 64 + (size_t)__builtin_ctzll(word);
+  }
+  return UNITS_PER_REGION;
+}
+
+/* Bits set in w, without the C library's __popcountdi2 (no -mpopcnt), which the link
+ * would put after the cold code (CMakeLists.txt: the link order). */
+hak_inline size_t popcount64(uint64_t w) {
+  w -= (w >> 1) & 0x5555555555555555ull;
+  w = (w & 0x3333333333333333ull) + ((w >> 2) & 0x3333333333333333ull);
+  w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (size_t)((w * 0x0101010101010101ull) >> 56);
+}
+
+hak_inline size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
+  size_t count = 0;
+  for (size_t i = from; i < from + n;) {
+    size_t w = i >> 6, lo = i & 63, take = 64 - lo < from + n - i ? 64 - lo : from + n - i;
+    uint64_t mask = take == 64 ? ~(uint64_t)0 : (((uint64_t)1 << take) - 1) << lo;
+    count += popcount64(bits[w] & mask);
+    i += take;
+  }
+  return count;
+}
+
+/* Where a span of n units goes: the place whose units hold the most resident pages
+ * (reused memory faults no page in), then the shortest free run (best fit keeps long
+ * runs for big spans). Within its run a span sits at one end, so that what is left stays
+ * in one piece, unless the run's resident units lie between. A slab-sized span takes
+ * the first place that is all resident in a short run; a bigger one looks on for an
+ * exact fit. (A slab that took the end of a long run, the place a freed big block left,
+ * kept the next big block out of it: fresh pages, and the budget purging others.) */
+#define SMALL_SPAN_UNITS 16
+#define SHORT_RUN_UNITS (4 * SMALL_SPAN_UNITS)
+typedef struct span_place {
+  hak_region_t *region;
+  size_t first, dirty, run;
+} span_place_t;
+
+static bool place_is_final(const span_place_t *p, size_t n) {
+  return p->region != NULL && p->dirty == n &&
+         (p->run == n || (n <= SMALL_SPAN_UNITS && p->run <= SHORT_RUN_UNITS));
+}
+
+static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
+  for (size_t a = next_bit(r->free_bits, 1, true); a < UNITS_PER_REGION;) {
+    size_t b = next_bit(r->free_bits, a, false), run = b - a;
+    if (run >= n) {
+      size_t in_run = r->dirty_free_units ? count_bits(r->dirty_bits, a, run) : 0;
+      size_t at = a, dirty = in_run ? count_bits(r->dirty_bits, a, n) : 0;
+      size_t end_dirty = in_run ? count_bits(r->dirty_bits, b - n, n) : 0;
+      if (end_dirty > dirty) {
+        at = b - n;
+        dirty = end_dirty;
+      }
+      if (dirty < n && in_run > dirty) { /* slide a window of n units along the run */
+        size_t d = count_bits(r->dirty_bits, a, n);
+        for (size_t p = a + 1; p + n <= b; p++) {
+          d += (size_t)bit_get(r->dirty_bits, p + n - 1);
+          d -= (size_t)bit_get(r->dirty_bits, p - 1);
+          if (d > dirty) {
+            dirty = d;
+            at = p;
+          }
+        }
+      }
+      if (best->region == NULL || dirty > best->dirty || (dirty == best->dirty && run < best->run)) {
+        *best = (span_place_t){r, at, dirty, run};
+        if (place_is_final(best, n)) return;
+      }
+    }
+    a = b < UNITS_PER_REGION ? next_bit(r->free_bits, b, true) : b;
+  }
+}
+
+static span_place_t find_place(size_t n) {
+  span_place_t best = {NULL, 0, 0, 0};
+  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+    if (r->free_units < n) continue;
+    /* A region with fewer resident free units cannot do better. */
+    if (best.region != NULL && r->dirty_free_units < best.dirty) continue;
+    consider_region(r, n, &best);
+    if (place_is_final(&best, n)) break;
+  }
+  return best;
+}
+
+static hak_region_t *region_create(void) {
+  hak_region_t *r = os_map_aligned(REGION_SIZE, REGION_SIZE);
+  if (r == NULL) return NULL;
+  slab_map_init();
+  if (!slab_map_add_region(r)) {
+    os_unmap(r, REGION_SIZE);
+    return NULL;
+  }
+  os_set_huge_pages(r, REGION_SIZE, hak_opt.thp);
+  r->magic = REGION_MAGIC;
+  r->free_units = REGION_MAX_SPAN_UNITS; /* the rest reads as zero: a fresh mapping */
+  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
+  r->free_bits[0] &= ~(((uint64_t)1 << REGION_HEADER_UNITS) - 1); /* the header */
+  if (HAKMEM_SECURE) { /* the last unit guards the next region */
+    r->free_bits[UNITS_PER_REGION / 64 - 1] &= ~((uint64_t)1 << 63);
+    secure_guard_region(r);
+  }
+  for (size_t u = 0; u < UNITS_PER_REGION; u++) r->unit_map[u] = &region_free_unit_slab;
+  r->next = regions;
+  r->prev = NULL;
+  if (regions) regions->prev = r;
+  regions = r;
+  empty_regions++;
+  region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_REGION;
+  atomic_fetch_add_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.committed_est, 2 * os_page_size(), memory_order_relaxed);
+  return r;
+}
+
+/* An empty region leaves every list and map; nothing can reach it any more, and the
+ * caller unmaps it (region_unmap_detached), with or without region_lock. */
+static void region_detach(hak_region_t *r) {
+  if (r->prev) r->prev->next = r->next;
+  else regions = r->next;
+  if (r->next) r->next->prev = r->prev;
+  empty_regions--;
+  region_dirty_units -= r->dirty_free_units;
+  size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
+  region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
+  slab_map_remove_region(r);
+  atomic_fetch_sub_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
+}
+
+void region_unmap_detached(hak_region_t *r) { os_unmap(r, REGION_SIZE); }
+
+static void region_destroy(hak_region_t *r) {
+  region_detach(r);
+  region_unmap_detached(r);
+}
+
+/* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
+ * free pages; before that it is kept, like any free memory, for reuse. */
+static bool region_release_if_spare(hak_region_t *r) {
+  if (r->free_units != REGION_MAX_SPAN_UNITS || r->dirty_free_units != 0 ||
+      empty_regions <= (size_t)hak_opt.region_cache)
+    return false;
+  region_destroy(r);
+  return true;
+}
+
+static void purge_units(hak_region_t *r, size_t from, size_t n) {
+  os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
+  bits_set_range(r->dirty_bits, from, n, false);
+  memset(&r->touched_pages[from], 0, n);
+  r->dirty_free_units -= (uint32_t)n;
+  region_dirty_units -= n;
+  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
+}
+
+hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
+  span_place_t place = find_place(units);
+  hak_region_t *r = place.region;
+  size_t first = place.first;
+  if (r == NULL) {
+    r = region_create();
+    if (r == NULL) return NULL;
+    first = REGION_HEADER_UNITS;
+  }
+  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
+  size_t touched = 0;
+  for (size_t u = first; u < first + units; u++) {
+    if (bit_get(r->dirty_bits, u)) {
+      touched = (u - first) * UNIT_SIZE + ((size_t)r->touched_pages[u] << TOUCH_SHIFT);
+      r->touched_pages[u] = 0;
+      r->dirty_free_units--;
+      region_dirty_units--;
+    } else {
+      atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    }
+  }
+  bits_set_range(r->free_bits, first, units, false);
+  bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
+  r->free_units -= (uint32_t)units;
+  region_used_units += units;
+  *fresh = place.dirty < units;
+  hak_slab_t *s = &r->slabs[first];
+  memset(s, 0, sizeof *s);
+  s->units = (uint16_t)units;
+  s->unit_idx = (uint16_t)first;
+  s->touched = (uint32_t)touched;
+  for (size_t u = first; u < first + units; u++)
+    __atomic_store_n(&r->unit_map[u], s, __ATOMIC_RELAXED); /* region_slab_of_racy */
+  slab_map_set(s, first, units, true);
+  return s;
+}
+
+void region_free_span(hak_slab_t *s, uint64_t now_ms) {
+  hak_region_t *r = region_of((uintptr_t)s);
+  size_t first = s->unit_idx, units = s->units;
+  /* The span wrote a prefix of itself: the units past it are free and clean. */
+  size_t touched = s->touched, dirty = 0;
+  __atomic_store_n(&s->owner, OWNER_NONE, __ATOMIC_RELEASE);
+  for (size_t u = first; u < first + units; u++) {
+    size_t off = (u - first) * UNIT_SIZE;
+    size_t t = touched > off ? touched - off : 0;
+    if (t > UNIT_SIZE) t = UNIT_SIZE;
+    __atomic_store_n(&r->unit_map[u], &region_free_unit_slab, __ATOMIC_RELAXED);
+    r->freed_ms[u] = (uint32_t)now_ms;
+    r->touched_pages[u] = (uint8_t)((t + ((size_t)1 << TOUCH_SHIFT) - 1) >> TOUCH_SHIFT);
+    if (t > 0) dirty++;
+  }
+  slab_map_set(s, first, units, false);
+  if (dirty < units) {
+    bits_set_range(r->dirty_bits, first + dirty, units - dirty, false);
+    atomic_fetch_sub_explicit(&hak_gstats.committed_est, (units - dirty) * UNIT_SIZE,
+                              memory_order_relaxed);
+  }
+  bits_set_range(r->free_bits, first, units, true);
+  r->free_units += (uint32_t)units;
+  r->dirty_free_units += (uint32_t)dirty;
+  region_dirty_units += dirty;
+  region_used_units -= units;
+  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+  if (hak_opt.purge_delay_ms == 0 && dirty > 0) purge_units(r, first, dirty);
+  /* Keep a few empty regions for reuse; give the rest back once their pages are purged
+   * (at once if they are, or by the purge pass or the budget). */
+  region_release_if_spare(r);
+}
+
+/* Were all of r's resident free units freed delay_ms ago or more? */
+static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms) {
+  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+    for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+      size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+      if ((uint32_t)now_ms - r->freed_ms[u] < (uint32_t)delay_ms) return false;
+    }
+  }
+  return true;
+}
+
+/* From unit *u on, the next run of resident free units freed delay_ms ago or more: its
+ * length, with *u at its start (0: none left in r). Units not due yet lower *next_due. */
+static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, long delay_ms,
+                           uint64_t *next_due) {
+  for (size_t a = *u; r->dirty_free_units > 0 && a < UNITS_PER_REGION; a++) {
+    if (!bit_get(r->free_bits, a) || !bit_get(r->dirty_bits, a)) continue;
+    size_t run = 0;
+    while (a + run < UNITS_PER_REGION && bit_get(r->free_bits, a + run) &&
+           bit_get(r->dirty_bits, a + run) &&
+           (uint32_t)now_ms - r->freed_ms[a + run] >= (uint32_t)delay_ms)
+      run++;
+    if (run != 0) {
+      *u = a;
+      return run;
+    }
+    uint64_t due = now_ms + (uint32_t)delay_ms - ((uint32_t)now_ms - r->freed_ms[a]);
+    if (*next_due == 0 || due < *next_due) *next_due = due;
+  }
+  return 0;
+}
+
+size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due) {
+  size_t purged = 0;
+  hak_region_t *r = regions;
+  while (r != NULL) {
+    hak_region_t *next = r->next;
+    /* An empty region that is not kept goes at once when its pages are due: munmap
+     * frees them, a purge first would only walk them twice. */
+    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    if (empty && (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
+                                      region_all_due(r, now_ms, delay_ms)))) {
+      purged += (size_t)r->dirty_free_units * UNIT_SIZE;
+      region_destroy(r);
+      r = next;
+      continue;
+    }
+    for (size_t u = 1, run; (run = next_due_run(r, &u, now_ms, delay_ms, next_due)) != 0; u += run) {
+      purge_units(r, u, run);
+      purged += run * UNIT_SIZE;
+    }
+    region_release_if_spare(r);
+    r = next;
+  }
+  return purged;
+}
+
+/* The purge pass of the purge thread, in two steps so that no syscall runs under
+ * region_lock: region_take_due takes the due runs of resident free units out of the
+ * free units (neither free nor in a span, so nothing can allocate them while their
+ * pages go) and detaches the empty regions beyond the cache whose pages are all due;
+ * the caller then purges and unmaps them without the lock, and region_return_purged
+ * gives the runs back as clean free units. Returns the runs taken; *more: there were
+ * more than `max`, or more than REGION_TAKE_UNITS units (call again): what the purge
+ * thread holds out of reach at once stays small, so that a slow path's purge pass,
+ * should the purge thread be slow to run, still finds the rest. */
+#define REGION_TAKE_UNITS 256
+size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max,
+                       hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more) {
+  size_t n = 0, g = 0, taken = 0;
+  *more = false;
+  hak_region_t *r = regions;
+  while (r != NULL) {
+    hak_region_t *next = r->next;
+    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    if (empty && empty_regions > (size_t)hak_opt.region_cache && region_all_due(r, now_ms, delay_ms)) {
+      if (g == max) {
+        *more = true;
+        break;
+      }
+      region_detach(r);
+      gone[g++] = r;
+      r = next;
+      continue;
+    }
+    for (size_t u = 1, run; (run = next_due_run(r, &u, now_ms, delay_ms, next_due)) != 0; u += run) {
+      if (n == max || taken >= REGION_TAKE_UNITS) {
+        *more = true;
+        *gone_count = g;
+        return n;
+      }
+      if (run > REGION_TAKE_UNITS - taken) run = REGION_TAKE_UNITS - taken;
+      taken += run;
+      if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
+      bits_set_range(r->free_bits, u, run, false);
+      r->free_units -= (uint32_t)run;
+      runs[n++] = (region_run_t){r, (uint32_t)u, (uint32_t)run};
+    }
+    r = next;
+  }
+  *gone_count = g;
+  return n;
+}
+
+void region_return_purged(const region_run_t *runs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    hak_region_t *r = runs[i].region;
+    size_t from = runs[i].first, units = runs[i].units;
+    bits_set_range(r->dirty_bits, from, units, false);
+    memset(&r->touched_pages[from], 0, units);
+    r->dirty_free_units -= (uint32_t)units;
+    region_dirty_units -= units;
+    bits_set_range(r->free_bits, from, units, true);
+    r->free_units += (uint32_t)units;
+    if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+    atomic_fetch_sub_explicit(&hak_gstats.committed_est, units * UNIT_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_gstats.purged_bytes, units * UNIT_SIZE, memory_order_relaxed);
+  }
+}
+
+/* The resident free unit freed longest ago (age measured at clock_ms), or false. */
+bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age) {
+  hak_region_t *oldest = NULL;
+  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+    if (r->dirty_free_units == 0) continue;
+    for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
+      for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
+        size_t u = w * 64 + (size_t)__builtin_ctzll(m);
+        uint32_t a = clock_ms - r->freed_ms[u];
+        if (oldest == NULL || a > *age) {
+          oldest = r;
+          *unit = u;
+          *age = a;
+        }
+      }
+    }
+  }
+  *region = oldest;
+  return oldest != NULL;
+}
+
+/* Purges `need` units from the resident free unit `at` and its resident free
+ * neighbours (fewer if the run is shorter); the region goes if it is now spare. */
+void region_purge_around(hak_region_t *r, size_t at, size_t need) {
+  size_t from = at, to = at + 1;
+  atomic_fetch_add_explicit(&hak_gstats.purge_budget_runs, 1, memory_order_relaxed);
+  while (to - from < need && to < UNITS_PER_REGION && bit_get(r->free_bits, to) &&
+         bit_get(r->dirty_bits, to))
+    to++;
+  while (to - from < need && bit_get(r->free_bits, from - 1) && bit_get(r->dirty_bits, from - 1))
+    from--;
+  purge_units(r, from, to - from);
+  region_release_if_spare(r);
+}
+
+/* A huge mapping leaves the region map and goes back to the OS. */
+void region_map_unmap(uintptr_t base, size_t map_size) {
+  for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE) region_map[c >> REGION_SHIFT] = MAP_NONE;
+  os_unmap((void *)base, map_size);
+  atomic_fetch_add_explicit(&hak_gstats.released_bytes, map_size, memory_order_relaxed);
+}
+
+/* Grow a span in place over the free units right after it. Returns the new unit count
+ * or 0 when they are not free. */
+size_t region_grow_span(hak_slab_t *s, size_t new_units) {
+  hak_region_t *r = region_of((uintptr_t)s);
+  size_t end = (size_t)s->unit_idx + s->units, want_end = (size_t)s->unit_idx + new_units;
+  if (want_end > UNITS_PER_REGION) return 0;
+  for (size_t u = end; u < want_end; u++)
+    if (!bit_get(r->free_bits, u)) return 0;
+  for (size_t u = end; u < want_end; u++) {
+    if (bit_get(r->dirty_bits, u)) {
+      r->dirty_free_units--;
+      region_dirty_units--;
+      r->touched_pages[u] = 0;
+    } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    __atomic_store_n(&r->unit_map[u], s, __ATOMIC_RELAXED);
+  }
+  slab_map_set(s, end, want_end - end, true);
+  bits_set_range(r->free_bits, end, want_end - end, false);
+  bits_set_range(r->dirty_bits, end, want_end - end, true);
+  r->free_units -= (uint32_t)(want_end - end);
+  region_used_units += want_end - end;
+  s->units = (uint16_t)new_units;
+  return new_units;
+}
+
+/* Cuts s to new_units; returns the tail's descriptor, for the caller to free, or NULL. */
+hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units) {
+  hak_region_t *r = region_of((uintptr_t)s);
+  size_t from = (size_t)s->unit_idx + new_units, n = s->units - new_units;
+  if (n == 0) return NULL;
+  hak_slab_t *tail = &r->slabs[from];
+  size_t keep = new_units * UNIT_SIZE;
+  memset(tail, 0, sizeof *tail);
+  tail->units = (uint16_t)n;
+  tail->unit_idx = (uint16_t)from;
+  tail->touched = s->touched > keep ? (uint32_t)(s->touched - keep) : 0;
+  if (s->touched > keep) s->touched = (uint32_t)keep;
+  s->units = (uint16_t)new_units;
+  return tail;
+}

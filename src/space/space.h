@@ -1,0 +1,250 @@
+/* space/: the address space. The slab map (unit -> slab, flat, for free's fast path),
+ * 64 MiB regions of units with their bitmaps and spans, guard pages and malloc(0) blocks,
+ * the hardened build's hooks, and the purge budget: what free memory stays resident and
+ * when it goes back. Spans come and go above this layer only through span.c's span_*. */
+#ifndef HAKMEM_SPACE_H
+#define HAKMEM_SPACE_H
+
+#include "profile/profile.h"
+
+#pragma GCC visibility push(hidden)
+
+typedef struct hak_block {
+  struct hak_block *next;
+  uintptr_t free_tag; /* its slab descriptor's address while free; 0 once allocated */
+} hak_block_t;
+
+struct hak_heap;
+
+typedef struct hak_slab {
+  /* --- what every free reads, and what other threads write once per batch of frees.
+   * The owner's allocations never write this line, so a thread that frees another's
+   * blocks reads it without pulling it away from the owner at every block. --- */
+  uintptr_t owner;          /* see "Owner word"; written with __atomic_store_n */
+  uint32_t class_idx;
+  uint32_t block_size;
+  uint64_t div_magic;       /* ceil(2^64 / block_size) */
+  uint64_t start_magic;     /* start * div_magic: a block start has
+                               a * div_magic - start_magic < div_magic */
+  uintptr_t start;          /* address of block 0 (a large block's user pointer) */
+  /* Frees from other threads: the list's head, with the number of blocks on it in the
+   * top bits (see REMOTE_COUNT_SHIFT), so that one compare-and-swap pushes a chain and
+   * counts it, and one exchange takes both. */
+  _Atomic uintptr_t remote;
+  /* The user heap whose slab (or large block) this is, NULL for a thread heap's, and
+   * that heap's generation when it took the slab: a free checks both before it keeps
+   * a reference to the heap (heap_user_ref). Written with relaxed atomics. */
+  struct hak_heap *user_heap;
+  uint32_t user_gen;
+  /* --- the owner's line: its free lists and counts, written by every malloc --- */
+  _Alignas(64) hak_block_t *free; /* blocks to allocate from (owner only) */
+  hak_block_t *local_free;  /* hardened build: the owner's frees that took the slow
+                               path (blocks out of its quarantine go on `free`, as the
+                               default build's owner frees all do) */
+  /* `used` and a count of mallocs in one word, bumped by one add whose carry out of
+   * the top byte, every 256 mallocs from the slab, sends malloc to look at the clock
+   * for deferred work: the owner's frees go straight back on the list malloc pops, so
+   * a thread that frees as much as it allocates may otherwise never leave the fast
+   * path. (A slab holds at most UNIT_SIZE / 16 blocks, so `used` fits its 16 bits.) */
+  union {
+    struct {
+      uint16_t used;        /* blocks out (remote frees count until collected) */
+      uint8_t used_pad;     /* stays zero: `used` never carries into it */
+      uint8_t malloc_ticks;
+    };
+    uint32_t used_ticks;
+  };
+  uint32_t capacity;        /* blocks carved so far */
+  uint32_t reserved;        /* blocks that fit */
+  uint16_t units;           /* span length in units */
+  uint16_t unit_idx;        /* first unit inside the region */
+  uint32_t touched;         /* bytes from the span's start that may be resident: what
+                               any use of the span has written since it was last purged */
+  struct hak_slab *next;    /* heap queue / abandoned list */
+  struct hak_slab *prev;
+  uint64_t aux;             /* large: requested size */
+} hak_slab_t;
+
+typedef struct hak_slab_queue {
+  hak_slab_t *head;
+  hak_slab_t *tail;
+  size_t count;
+} hak_slab_queue_t;
+
+typedef struct hak_region {
+  uint64_t magic;
+  struct hak_region *next, *prev; /* all regions */
+  uint32_t free_units;            /* units past the header not in any span */
+  uint32_t dirty_free_units;      /* free units that may still hold committed pages */
+  uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
+  uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
+  uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */
+  uint8_t touched_pages[UNITS_PER_REGION];     /* free unit: 4 KiB steps from its start
+                                                  that may be resident (0: reads as zero) */
+  hak_slab_t *unit_map[UNITS_PER_REGION];     /* unit -> its slab descriptor */
+  hak_slab_t slabs[UNITS_PER_REGION];         /* descriptor of the span starting here */
+} hak_region_t;
+
+/* ---- slab_map.c: unit -> slab descriptor, flat over the address space ----------- */
+extern uintptr_t *slab_map;    /* entry: descriptor address - map address; 0: none */
+extern size_t slab_map_units;  /* 0 until reserved (or if it could not be) */
+void slab_map_init(void);      /* tries once; caller holds region_lock */
+bool slab_map_add_region(const hak_region_t *r);
+void slab_map_remove_region(const hak_region_t *r);
+void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live);
+/* The slab of a region pointer, or the zero descriptor at the map's start (owner word
+ * OWNER_NONE) for any other pointer below the map's end. The caller has checked
+ * a >> UNIT_SHIFT < slab_map_units. */
+hak_inline hak_slab_t *slab_map_lookup(uintptr_t a) {
+  return (hak_slab_t *)((uintptr_t)slab_map + hak_tso_load(&slab_map[a >> UNIT_SHIFT]));
+}
+hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab_t *)slab_map; }
+hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
+  return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
+}
+/* The user heap whose slab s is, or NULL (see hak_slab_t.user_heap). */
+hak_inline struct hak_heap *slab_user_heap(const hak_slab_t *s) {
+  return __atomic_load_n(&s->user_heap, __ATOMIC_RELAXED);
+}
+hak_inline uintptr_t slab_base(const hak_slab_t *s) {
+  return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
+}
+
+/* ---- secure_hooks.c: the hardened build's hooks into the lower layers ----------- */
+/* A hardened small block's size word: its last 8 bytes, n ^ key ^ its address. Relaxed
+ * atomics (plain moves on x86): a free checks the size word of the block below its
+ * own, which a thread without a heap may be rewriting as it frees that block; either
+ * value passes the check. */
+hak_inline uintptr_t *secure_size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
+hak_inline size_t secure_size_decode(const uintptr_t *w) {
+  return __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+}
+hak_inline void secure_size_encode(uintptr_t *w, size_t n) {
+  __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
+}
+/* Free-list links. The hardened build stores next ^ key ^ own address, and checks that
+ * a decoded link lands on a carved block of the same slab before following it. */
+hak_inline hak_block_t *block_next(const hak_block_t *b) {
+  if (!HAKMEM_SECURE) return b->next;
+  return (hak_block_t *)((uintptr_t)b->next ^ hak_list_key ^ (uintptr_t)b);
+}
+hak_inline void block_set_next(hak_block_t *b, hak_block_t *next) {
+  if (!HAKMEM_SECURE) b->next = next;
+  else b->next = (hak_block_t *)((uintptr_t)next ^ hak_list_key ^ (uintptr_t)b);
+}
+void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
+void secure_guard_region(void *region);
+void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
+
+/* ---- region.c ------------------------------------------------------------------ */
+extern uint8_t region_map[REGION_MAP_ENTRIES];
+extern hak_slab_t region_free_unit_slab; /* what the unit map shows for unused units */
+extern pthread_mutex_t region_lock;
+
+hak_inline hak_region_t *region_of(uintptr_t a) {
+  return (hak_region_t *)(a & ~(uintptr_t)REGION_MASK);
+}
+hak_inline hak_slab_t *region_slab_of(uintptr_t a) {
+  return region_of(a)->unit_map[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)];
+}
+/* For a reader that holds nothing that keeps a's span (the statistics walkers reading
+ * another thread's quarantine, whose blocks it may release at any time): the unit map is
+ * written under region_lock, so what comes back may be stale, or the free-unit slab. */
+hak_inline hak_slab_t *region_slab_of_racy(uintptr_t a) {
+  return __atomic_load_n(&region_of(a)->unit_map[(a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1)],
+                         __ATOMIC_RELAXED);
+}
+hak_inline unsigned region_map_kind(uintptr_t a) {
+  uintptr_t i = a >> REGION_SHIFT;
+  if (hak_unlikely(i >= REGION_MAP_ENTRIES)) return MAP_NONE;
+  return region_map[i];
+}
+/* Is a the start of a block of s? (offset divisible by the size, by multiplication) */
+hak_inline bool slab_is_block_start(const hak_slab_t *s, uintptr_t a) {
+  return a * s->div_magic - s->start_magic < s->div_magic;
+}
+/* The same answer for a slab that a heap owns (blocks of at most MID_MAX bytes, fewer
+ * than 2^16 of them), with one load fewer: for a = start + k * size + r,
+ * a * m - start * m = k * (size * m - 2^64) + r * m, which is below 2^33 when r = 0 and
+ * at least m >= 2^47 otherwise. */
+hak_inline bool slab_is_block_start_owned(const hak_slab_t *s, uintptr_t a) {
+  return (a * s->div_magic - s->start_magic) >> 40 == 0;
+}
+_Static_assert((MID_MAX << 16) < ((uint64_t)1 << 40) && UINT64_MAX / MID_MAX >= ((uint64_t)1 << 40),
+               "slab_is_block_start_owned: block starts below 2^40, other offsets above");
+
+/* Spans, for span.c only (everything else goes through span_alloc and friends); the
+ * caller holds region_lock. region_alloc_span returns the span's descriptor with
+ * units/unit_idx set and the unit map pointing at it (its `touched` says what is not
+ * zero), or NULL when out of memory; *fresh: it took pages that were not resident. */
+extern size_t region_used_units;  /* units in spans */
+extern size_t region_dirty_units; /* free units that may be resident */
+hak_slab_t *region_alloc_span(size_t units, bool *fresh);
+void region_free_span(hak_slab_t *s, uint64_t now_ms);
+size_t region_grow_span(hak_slab_t *s, size_t new_units); /* in place, or 0 */
+hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units); /* the tail, to free */
+/* Purges free units freed delay_ms ago or more (and unmaps empty regions beyond the
+ * cache, or all with release_regions); later ones lower *next_due. Returns the bytes. */
+size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due);
+bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age);
+void region_purge_around(hak_region_t *r, size_t at, size_t need);
+void region_map_unmap(uintptr_t base, size_t map_size); /* a huge mapping goes */
+/* The purge thread's two steps (see region.c). */
+typedef struct region_run {
+  hak_region_t *region;
+  uint32_t first, units;
+} region_run_t;
+size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max,
+                       hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more);
+void region_return_purged(const region_run_t *runs, size_t n);
+void region_unmap_detached(hak_region_t *r);
+
+/* ---- guard.c: inaccessible memory, both builds ----------------------------------- */
+/* Hardened build: guard pages over [a, a + len), page-aligned, on or off; their pages
+ * are dropped when they go on, so they read as zero once off. */
+void guard_set(uintptr_t a, size_t len, bool on);
+void *zero_alloc(void); /* malloc(0): a distinct address where any access faults */
+void zero_check(void *p, const char *fn, bool release); /* aborts unless a live one */
+
+/* ---- purge.c: what free memory stays resident, and when it goes back ------------- */
+/* Freed huge mappings of up to HUGE_KEEP_MAX are kept for reuse in HUGE_KEEP_SLOTS. */
+#define HUGE_KEEP_SLOTS 4
+#define HUGE_KEEP_MAX ((size_t)64 << 20)
+/* Purge what was freed delay_ms ago or more (delay 0: all; < 0: nothing); caller holds
+ * region_lock. Returns the bytes given back. */
+size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions);
+void purge_to_budget(void);
+bool purge_budget_allows(size_t bytes); /* may `bytes` more free memory stay resident? */
+void purge_schedule(uint64_t due_ms);   /* a time by which the purge pass must run */
+void purge_note_huge(ptrdiff_t in_use); /* a huge block's bytes in use changed by this */
+size_t purge_pass_background(uint64_t now_ms); /* purge_pass without a syscall under the lock */
+bool purge_pass_due(uint64_t now_ms);          /* has it work now? caller holds region_lock */
+bool purge_wait(uint64_t max_ms); /* until the pass is due, or max_ms; the purge thread's;
+                                   * true if purge_wake ended its nap */
+extern _Atomic bool purge_napping;  /* the purge thread sleeps long: wake it on activity */
+void purge_wake(void);
+void purge_atfork_child(void);
+/* Keeps a freed huge mapping if the delay and budget allow (false: unmap it); a kept one
+ * it had to drop comes back in *evicted_*, for the caller to unmap. */
+bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t now,
+                     uintptr_t *evicted_base, size_t *evicted_size);
+/* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
+uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
+/* span.c's changes: bytes came into use (fresh: pages that were not resident), or a
+ * span freed at freed_ms went back to its region. */
+void purge_note_span_taken(size_t bytes, bool fresh);
+void purge_note_span_freed(uint64_t freed_ms, uint64_t now_ms);
+
+/* ---- span.c: spans taken and given back, the budget kept ------------------------ */
+/* The only way spans are taken and given back above region.c (caller holds
+ * region_lock), so the budget sees every change. */
+hak_slab_t *span_alloc(size_t units);
+void span_free(hak_slab_t *s, uint64_t now_ms);
+/* The same, for a span whose blocks all came back at some time since freed_ms. */
+void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms);
+bool span_grow(hak_slab_t *s, size_t new_units); /* in place, or false */
+void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
+
+#pragma GCC visibility pop
+
+#endif

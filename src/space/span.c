@@ -1,0 +1,30 @@
+/* Spans taken and given back: the only way above region.c, so that the purge budget
+ * (purge.c) sees every change of the memory in use. The caller holds region_lock. */
+
+#include "space/space.h"
+
+hak_slab_t *span_alloc(size_t units) {
+  bool fresh;
+  hak_slab_t *s = region_alloc_span(units, &fresh);
+  if (s == NULL) return NULL;
+  purge_note_span_taken(units * UNIT_SIZE, fresh);
+  return s;
+}
+
+void span_free(hak_slab_t *s, uint64_t now_ms) { span_free_since(s, now_ms, now_ms); }
+
+void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
+  region_free_span(s, freed_ms);
+  purge_note_span_freed(freed_ms, now_ms);
+}
+
+bool span_grow(hak_slab_t *s, size_t new_units) {
+  if (region_grow_span(s, new_units) == 0) return false;
+  purge_note_span_taken(new_units * UNIT_SIZE, false);
+  return true;
+}
+
+void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
+  hak_slab_t *tail = region_shrink_span(s, new_units);
+  if (tail != NULL) span_free(tail, now_ms);
+}

@@ -1,0 +1,26 @@
+/* stats/: the report (text, JSON), the walk of the heaps, figures and options by name. */
+#ifndef HAKMEM_STATS_H
+#define HAKMEM_STATS_H
+
+#include "heap/heap.h"
+
+#pragma GCC visibility push(hidden)
+
+/* ---- stats.c: the report, read on demand ------------------------------------------ */
+/* Live blocks and slabs of classes [first, end) (the rest stay zero), walking every heap
+ * and the abandoned lists: a snapshot, as other threads keep allocating. */
+typedef struct stats_walk {
+  uint64_t live[NUM_CLASSES], slabs[NUM_CLASSES];
+} stats_walk_t;
+void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end);
+void stats_print(FILE *out);
+struct mallinfo2 hak_mallinfo2(void);
+
+/* ---- ctl.c: figures and options by name ------------------------------------------ */
+void ctl_ensure_init(void); /* the figures need the process set up */
+/* Entry `index` of the table of names (hak_ctl_describe), for class cls. */
+uint64_t ctl_value(size_t index, uint32_t cls, const stats_walk_t *w);
+
+#pragma GCC visibility pop
+
+#endif
