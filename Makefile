@@ -11,7 +11,7 @@ PYTHON  ?= python3
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full bench-programs bench-hardened perfcheck perfcheck-update install clean
+.PHONY: fuzz fault-sweep all release debug ubsan secure test test-release test-debug test-ubsan cross-aarch64 bench bench-full bench-programs bench-hardened perfcheck perfcheck-update install clean
 
 all: release
 
@@ -40,6 +40,21 @@ test-ubsan: ubsan
 TEST_BUILDS ?= release debug ubsan
 test:
 	@MAKE="$(MAKE)" BUILD="$(BUILD)" sh tools/test_all.sh $(TEST_BUILDS)
+
+# The API fuzzer (tests/fuzz): the library's sources under clang's libFuzzer, Debug
+# build (invariant walks), FUZZ_SECONDS of fuzzing from the committed corpus, then the
+# corpus and the regression inputs replayed by ctest. New inputs go to build/fuzz/corpus.
+CLANG ?= $(shell command -v clang-19 || command -v clang)
+FUZZ_SECONDS ?= 120
+fuzz:
+	CC=$(CLANG) CXX=$(subst clang,clang++,$(CLANG)) $(CMAKE) -S . -B $(BUILD)/fuzz $(GEN) \
+	  -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_FUZZ=ON -DHAKMEM_BUILD_BENCH=OFF
+	$(CMAKE) --build $(BUILD)/fuzz -j $(JOBS) --target fuzz_api
+	mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/crashes
+	$(BUILD)/fuzz/tests/fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -max_len=512 -len_control=0 \
+	  -seed=1 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
+	  $(BUILD)/fuzz/corpus tests/fuzz/corpus tests/fuzz/regressions
+	cd $(BUILD)/fuzz && ctest --output-on-failure -L fuzz
 
 # Portability: cross-built for 64-bit Arm with warnings as errors, tests under qemu-user
 # (see .ci/aarch64 for the packages it needs and the tests it leaves out).

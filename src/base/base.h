@@ -195,13 +195,19 @@ _Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p
 _Noreturn void hak_fatal_at(const char *what, const void *p);
 
 /* ---- os.c: the only file that talks to the kernel about memory ------------------ */
+/* The primitives that injected failures (Debug builds, HAKMEM_FAULT) can refuse. */
+enum os_prim { OS_MMAP, OS_MUNMAP, OS_MREMAP, OS_MPROTECT, OS_DONTNEED, OS_POPULATE,
+               OS_HUGEPAGE, OS_PRIM_COUNT };
+void os_fault_arm(bool on); /* off from now on, or on with calls counted from now */
+uint64_t os_fault_count(bool failed);  /* calls seen, or failures injected, in all */
+extern _Atomic uint64_t os_kept_bytes; /* refused munmaps: still mapped, pages given back */
 void *os_map(size_t size);                       /* NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
 /* A huge block's mapping, charged like the C library's: its byte at `offset` aligned to
  * `align`. NULL on failure. */
 void *os_map_block(size_t size, size_t align, size_t offset);
 void os_unmap(void *p, size_t size);
-void os_purge(void *p, size_t size);             /* give pages back; they read as zero */
+void os_purge(void *p, size_t size); /* give pages back (or clear them); they read as zero */
 void os_set_huge_pages(void *p, size_t size, bool enable);
 /* Faults the pages in, writable, in one call (MADV_POPULATE_WRITE): the same pages, the
  * same minor faults as a program writing them, without a trap each. False if it failed

@@ -51,6 +51,9 @@ typedef struct option {
 } option_t;
 
 #define SWITCH_VALUES "1/0, true/false, yes/no or on/off"
+/* HAKMEM_FAULT is os.c's (injected failures, Debug builds): known here, so that it is not
+ * reported as a misspelling, and reported as ignored in a release build. */
+static const char *fault_option;
 static const option_t options[] = {
     {"HAKMEM_PURGE_DELAY_MS", "-1 or 0 .. 2^31-1", K_NUMBER, true, 0, INT32_MAX, &hak_opt.purge_delay_ms},
     {"HAKMEM_REGION_CACHE", "0 .. 2^20", K_NUMBER, false, 0, 1L << 20, &hak_opt.region_cache},
@@ -63,6 +66,7 @@ static const option_t options[] = {
     {"HAKMEM_PROF_PREFIX", "a path prefix", K_TEXT, false, 0, 0, &hak_opt.prof_prefix},
     {"HAKMEM_PROF_PEAK_STEP", "0 .. 2^50", K_NUMBER, false, 0, 1L << 50, &hak_opt.prof_peak_step},
     {"HAKMEM_PROF_LEAKS", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.prof_leaks},
+    {"HAKMEM_FAULT", "a list of failures to inject", K_TEXT, false, 0, 0, &fault_option},
 };
 #define OPTION_COUNT (sizeof options / sizeof options[0])
 
@@ -237,5 +241,7 @@ void options_init(void) {
   if (hak_opt.prof_leaks) hak_opt.prof = true; /* a leak report needs the samples */
   if (hak_opt.stats_file != NULL && !hak_opt.stats_json) hak_opt.stats = true;
   if (hak_opt.stats || hak_opt.stats_json) options_keep_stderr();
+  if (!HAKMEM_DEBUG && fault_option != NULL && *fault_option != '\0')
+    warn_ignored("HAKMEM_FAULT", fault_option, "a Debug build: release builds inject no failures");
   errno = saved_errno;
 }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
@@ -25,7 +26,135 @@ static char mapping_order;
 #define note_mapped() ((void)0)
 #endif
 
+/* ---- injected failures (Debug builds only) ---------------------------------------
+ * One row per primitive: HAKMEM_FAULT (docs/memory-limits.md) makes the N-th call, a
+ * run of calls from it, or each call with a probability, fail as the kernel would,
+ * with the kernel's errno, without calling it. In a release build fault_hit is the
+ * constant false and every line of it compiles away. A new primitive adds a row. */
+#if HAKMEM_DEBUG
+typedef struct fault_row {
+  const char *name;
+  int err;               /* what the kernel answers */
+  uint64_t nth, count;   /* fail calls nth .. nth+count-1 (1-based; 0: none) */
+  uint32_t ppm;          /* and each call with this chance in a million */
+  _Atomic uint64_t calls, failed;
+} fault_row_t;
+static fault_row_t fault_rows[OS_PRIM_COUNT] = {
+    [OS_MMAP] = {.name = "mmap", .err = ENOMEM},
+    [OS_MUNMAP] = {.name = "munmap", .err = ENOMEM},
+    [OS_MREMAP] = {.name = "mremap", .err = ENOMEM},
+    [OS_MPROTECT] = {.name = "mprotect", .err = ENOMEM},
+    [OS_DONTNEED] = {.name = "dontneed", .err = EAGAIN},
+    [OS_POPULATE] = {.name = "populate", .err = EINVAL}, /* kernels before 5.14 */
+    [OS_HUGEPAGE] = {.name = "hugepage", .err = EINVAL}, /* kernels without THP */
+};
+static uint64_t fault_seed;
+static _Atomic int fault_state; /* 0 not read yet, 1 off, 2 armed */
+
+static uint64_t read_dec(const char **s) {
+  uint64_t v = 0;
+  while (**s >= '0' && **s <= '9') v = v * 10 + (uint64_t)(*(*s)++ - '0');
+  return v;
+}
+
+static bool fault_wait; /* "wait": armed only when the program sets debug.faults = 1 */
+
+/* "prim:N[+count][:p=PPM]" items joined by commas, prim a row's name or "all"; a
+ * "seed=S" item seeds the chances, a "wait" item holds them back until the program
+ * asks. Unknown text is reported and ignored. */
+static void fault_parse(const char *s) {
+  while (s != NULL && *s != '\0') {
+    const char *item = s;
+    size_t len = strcspn(item, ","), nlen = strcspn(item, ":,");
+    s = item[len] ? item + len + 1 : item + len;
+    if (len == 4 && memcmp(item, "wait", 4) == 0) {
+      fault_wait = true;
+      continue;
+    }
+    if (len > 5 && memcmp(item, "seed=", 5) == 0) {
+      const char *v = item + 5;
+      fault_seed = read_dec(&v);
+      continue;
+    }
+    uint64_t nth = 0, count = 1, ppm = 0;
+    const char *v = item + nlen;
+    if (*v == ':') v++;
+    if (*v >= '0' && *v <= '9') nth = read_dec(&v);
+    if (*v == '+') { v++; count = read_dec(&v); }
+    if (*v == ':' && v[1] == 'p' && v[2] == '=') { v += 3; ppm = read_dec(&v); }
+    bool all = nlen == 3 && memcmp(item, "all", 3) == 0, found = all;
+    for (int i = 0; i < OS_PRIM_COUNT; i++) {
+      if (!all && (strlen(fault_rows[i].name) != nlen || memcmp(item, fault_rows[i].name, nlen) != 0)) continue;
+      fault_rows[i].nth = nth;
+      fault_rows[i].count = count;
+      fault_rows[i].ppm = (uint32_t)(ppm > 1000000 ? 1000000 : ppm);
+      found = true;
+    }
+    if (!found || (*v != ',' && *v != '\0')) {
+      static const char msg[] = "hakmem: HAKMEM_FAULT: ignoring an item it cannot read\n";
+      hak_write_stderr(msg, sizeof msg - 1);
+    }
+  }
+}
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15u;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+  return x ^ (x >> 31);
+}
+
+/* Does this call of primitive p fail? errno is set as the kernel would set it. */
+static bool fault_hit(enum os_prim p) {
+  int st = atomic_load_explicit(&fault_state, memory_order_acquire);
+  if (st == 0) {
+    int saved = errno;
+    fault_parse(secure_getenv("HAKMEM_FAULT"));
+    errno = saved;
+    int expected = 0;
+    atomic_compare_exchange_strong(&fault_state, &expected, fault_wait ? 1 : 2);
+    st = atomic_load_explicit(&fault_state, memory_order_acquire);
+  }
+  fault_row_t *r = &fault_rows[p];
+  uint64_t n = atomic_fetch_add_explicit(&r->calls, 1, memory_order_relaxed) + 1;
+  if (st != 2) return false;
+  bool fail = (r->nth != 0 && n >= r->nth && n - r->nth < r->count) ||
+              (r->ppm != 0 && mix64(fault_seed ^ ((uint64_t)p << 56) ^ n) % 1000000 < r->ppm);
+  if (!fail) return false;
+  atomic_fetch_add_explicit(&r->failed, 1, memory_order_relaxed);
+  errno = r->err;
+  return true;
+}
+
+/* Off, or on again with the calls counted from here (the failures a test sets up
+ * while it takes its bearings are not the ones it means). */
+void os_fault_arm(bool on) {
+  if (on) {
+    fault_hit(OS_MMAP); /* the spec read, if it was not yet */
+    for (int i = 0; i < OS_PRIM_COUNT; i++) {
+      atomic_store_explicit(&fault_rows[i].calls, 0, memory_order_relaxed);
+      atomic_store_explicit(&fault_rows[i].failed, 0, memory_order_relaxed);
+    }
+  }
+  atomic_store_explicit(&fault_state, on ? 2 : 1, memory_order_release);
+}
+
+uint64_t os_fault_count(bool failed) {
+  uint64_t sum = 0;
+  for (int i = 0; i < OS_PRIM_COUNT; i++)
+    sum += atomic_load_explicit(failed ? &fault_rows[i].failed : &fault_rows[i].calls, memory_order_relaxed);
+  return sum;
+}
+#else
+#define fault_hit(p) false
+void os_fault_arm(bool on) {}
+uint64_t os_fault_count(bool failed) { return 0; }
+#endif
+
+_Atomic uint64_t os_kept_bytes; /* refused munmaps' bytes, still mapped (given back) */
+
 static void *map_anonymous_prot(size_t size, int prot, int flags) {
+  if (fault_hit(OS_MMAP)) return NULL;
   void *p = mmap(NULL, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (p == MAP_FAILED) return NULL;
   note_mapped();
@@ -67,19 +196,38 @@ void *os_map_block(size_t size, size_t align, size_t offset) {
   return map_aligned(size, align, offset, 0);
 }
 
-void os_unmap(void *p, size_t size) {
-  note_unmapping();
-  if (munmap(p, size) != 0 && HAKMEM_DEBUG) hak_fatal("munmap failed");
+_Atomic uint64_t os_purge_calls, os_purge_bytes;
+
+static bool purge_pages(void *p, size_t size) {
+  int saved = errno;
+  bool ok = !fault_hit(OS_DONTNEED) && madvise(p, size, MADV_DONTNEED) == 0;
+  errno = saved;
+  return ok;
 }
 
-_Atomic uint64_t os_purge_calls, os_purge_bytes;
+/* The kernel refuses an munmap that would split a mapping past vm.max_map_count
+ * (ENOMEM): the range stays mapped, its pages are given back, and it is counted
+ * (os_kept_bytes) rather than reused, since no list holds it any more. Anything else
+ * means a wrong range: a bug. */
+void os_unmap(void *p, size_t size) {
+  note_unmapping();
+  int saved = errno;
+  bool ok = !fault_hit(OS_MUNMAP) && munmap(p, size) == 0;
+  if (!ok) {
+    if (HAKMEM_DEBUG != 0 && errno != ENOMEM) hak_fatal("munmap failed");
+    purge_pages(p, size);
+    atomic_fetch_add_explicit(&os_kept_bytes, size, memory_order_relaxed);
+  }
+  errno = saved;
+}
 
 void os_purge(void *p, size_t size) {
   /* MADV_DONTNEED rather than MADV_FREE: users and container limits read RSS, and
-   * DONTNEED makes it fall at once; the pages read back as zero, which calloc uses. */
-  int saved = errno;
-  madvise(p, size, MADV_DONTNEED);
-  errno = saved;
+   * DONTNEED makes it fall at once; the pages read back as zero, which calloc uses.
+   * Refused (EAGAIN), they are cleared instead, so that they read as zero all the same:
+   * what was promised holds, only the memory stays resident. The range is writable
+   * here: every caller purges memory it may write (guard pages are purged first). */
+  if (!purge_pages(p, size)) memset(p, 0, size);
   atomic_fetch_add_explicit(&os_purge_calls, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&os_purge_bytes, size, memory_order_relaxed);
 }
@@ -92,7 +240,7 @@ static _Atomic bool populate_missing; /* the kernel refused it once: never asked
 bool os_populate(void *p, size_t size) {
   if (atomic_load_explicit(&populate_missing, memory_order_relaxed)) return false;
   int saved = errno;
-  int rc = madvise(p, size, MADV_POPULATE_WRITE);
+  int rc = fault_hit(OS_POPULATE) ? -1 : madvise(p, size, MADV_POPULATE_WRITE);
   if (rc != 0 && errno == EINVAL) atomic_store_explicit(&populate_missing, true, memory_order_relaxed);
   errno = saved;
   return rc == 0;
@@ -108,13 +256,14 @@ bool os_page_resident(const void *p) {
 
 void os_set_huge_pages(void *p, size_t size, bool enable) {
   int saved = errno;
-  madvise(p, size, enable ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  if (!fault_hit(OS_HUGEPAGE)) madvise(p, size, enable ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   errno = saved;
 }
 
 /* Grows a mapping where it is, or (to != NULL) moves its pages to `to`, a mapping of
  * new_size bytes made for it. Pages move, nothing is copied. NULL on failure. */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *to) {
+  if (fault_hit(OS_MREMAP)) return NULL;
   note_unmapping();
   void *p = to ? mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to)
                : mremap(old, old_size, new_size, 0);
@@ -124,6 +273,7 @@ void *os_remap(void *old, size_t old_size, size_t new_size, void *to) {
 }
 
 bool os_protect(void *p, size_t size, bool accessible) {
+  if (fault_hit(OS_MPROTECT)) return false;
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
@@ -139,6 +289,7 @@ void *os_reserve_readonly(size_t size) {
 }
 
 bool os_set_writable(void *p, size_t size, bool writable) {
+  if (fault_hit(OS_MPROTECT)) return false;
   return mprotect(p, size, writable ? PROT_READ | PROT_WRITE : PROT_READ) == 0;
 }
 

@@ -51,11 +51,15 @@ static void huge_unmap(uintptr_t base, size_t map_size) { region_map_unmap(base,
  * mapping is kept, and moves only when a block of another size reuses the mapping or a
  * resize moves its end: a block of the size just freed costs no system call. */
 static uintptr_t huge_guard_at(uintptr_t user, size_t size) { return round_up(user + size, os_page_size()); }
-static void huge_guard(uintptr_t base, size_t map_size, uintptr_t g, bool on) {
+/* False if the kernel refused (ENOMEM: too many mappings). A guard not set costs only
+ * the check; a guard not removed would leave a hole in the next block, so the callers
+ * that remove one give up when this fails. */
+static bool huge_guard(uintptr_t base, size_t map_size, uintptr_t g, bool on) {
   size_t page = os_page_size();
-  if (g + page > base + map_size) return; /* the block ends the mapping */
+  if (g + page > base + map_size) return true; /* the block ends the mapping */
   if (HAKMEM_SECURE) secure_protect(g, page, !on);
-  else os_protect((void *)g, page, !on); /* without it, the block still works */
+  else return os_protect((void *)g, page, !on);
+  return true;
 }
 /* The guard of a kept mapping's last block, if its header says where it is. */
 static uintptr_t huge_kept_guard(uintptr_t base, size_t map_size);
@@ -81,9 +85,17 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
     pthread_mutex_unlock(&region_lock);
     fresh = base == 0;
   }
-  if (fresh)
+  for (int tries = 0; fresh && base == 0 && tries < 2; tries++) {
     base = align > REGION_SIZE ? (uintptr_t)os_map_block(map_size, align, off)
                                : (uintptr_t)os_map_block(map_size, REGION_SIZE, 0);
+    if (base != 0 || tries > 0) break;
+    /* Refused (an address-space or overcommit limit): what hakmem keeps mapped for
+     * reuse, empty regions and freed huge blocks, goes back, and the kernel is asked
+     * once more. Out-of-memory paths only. */
+    pthread_mutex_lock(&region_lock);
+    purge_pass(os_now_ms(), 0, true);
+    pthread_mutex_unlock(&region_lock);
+  }
   if (base == 0 || ((base + map_size - 1) >> ADDRESS_BITS) != 0) {
     if (base) os_unmap((void *)base, map_size);
     errno = ENOMEM;
@@ -92,7 +104,11 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   uintptr_t user = base + off, guard = huge_guard_at(user, n);
   uintptr_t old_guard = fresh ? 0 : huge_kept_guard(base, map_size);
   if (old_guard != guard) {
-    if (old_guard != 0) huge_guard(base, map_size, old_guard, false);
+    if (old_guard == UINTPTR_MAX || (old_guard != 0 && !huge_guard(base, map_size, old_guard, false))) {
+      huge_unmap(base, map_size); /* a kept mapping with a guard that cannot go */
+      errno = ENOMEM;
+      return NULL;
+    }
     huge_guard(base, map_size, guard, true);
   }
   huge_header_t *h = huge_header_of(user);
@@ -117,8 +133,8 @@ static uintptr_t huge_kept_guard(uintptr_t base, size_t map_size) {
   const huge_header_t *h = (const huge_header_t *)base;
   if (h->magic == HUGE_FREED_MAGIC && h->base == base && h->map_size == map_size)
     return huge_guard_at(h->user, h->size);
-  os_protect((void *)base, map_size, true); /* not known: none anywhere */
-  return 0;
+  /* not known: none anywhere (UINTPTR_MAX: the kernel refused, the mapping is unusable) */
+  return os_protect((void *)base, map_size, true) ? 0 : UINTPTR_MAX;
 }
 
 static huge_header_t *huge_checked(const void *p, const char *who) {
@@ -264,15 +280,21 @@ static void *huge_remap(void *p, size_t n) {
   size_t new_size = round_up(off + n, REGION_SIZE);
   uintptr_t base = h->base, old_size = h->map_size, old_guard = huge_guard_at(h->user, h->size);
   if (new_size == old_size) {
-    h->size = n;
     if (huge_guard_at(h->user, n) != old_guard) {
-      huge_guard(base, old_size, old_guard, false);
+      if (!huge_guard(base, old_size, old_guard, false)) {
+        errno = ENOMEM; /* the block as it was, guard and all */
+        return NULL;
+      }
       huge_guard(base, old_size, huge_guard_at(h->user, n), true);
     }
+    h->size = n;
     huge_note_resize(old_resident, h);
     return p;
   }
-  huge_guard(base, old_size, old_guard, false); /* mremap moves one mapping, not two */
+  if (!huge_guard(base, old_size, old_guard, false)) { /* mremap moves one mapping, not two */
+    errno = ENOMEM;
+    return NULL;
+  }
   if (new_size < old_size) {
     huge_mark(base + new_size, old_size - new_size, 0, MAP_NONE);
     os_unmap((void *)(base + new_size), old_size - new_size);

@@ -13,8 +13,8 @@
 #if HAKMEM_SECURE
 void guard_set(uintptr_t a, size_t len, bool on) {
   if (len == 0) return;
-  secure_protect(a, len, !on);
   if (on) os_purge((void *)a, len); /* guarded memory holds nothing: its pages go */
+  secure_protect(a, len, !on);      /* after: a refused purge clears the pages instead */
 }
 #endif
 

@@ -27,6 +27,7 @@ enum figure {
   F_OPT_PURGE_DELAY, F_OPT_REGION_CACHE, F_OPT_THP, F_OPT_STATS, F_OPT_BACKGROUND,
   F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND,
   F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
+  F_OS_UNMAP_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
 };
 
 /* Which classes a figure needs walked. */
@@ -182,6 +183,15 @@ static const ctl_entry_t table[] = {
     {{"checker.sanitizer", "0/1",
       "1: a sanitizer's allocator serves malloc and the hak_ functions",
       U, X, RO}, F_CHECKER_SANITIZER, W_NONE},
+    {{"os.unmap_refused_bytes", "bytes",
+      "bytes the kernel refused to unmap (ENOMEM at vm.max_map_count): left mapped, their "
+      "pages given back", U, X, RO}, F_OS_UNMAP_REFUSED, W_NONE},
+    {{"debug.faults", "calls",
+      "OS calls failed on purpose (HAKMEM_FAULT, Debug builds; 0 elsewhere); takes 0: no "
+      "more failures, 1: HAKMEM_FAULT's call numbers counted from now", U, X, RW}, F_DEBUG_FAULTS, W_NONE},
+    {{"debug.fault_calls", "calls",
+      "OS calls that HAKMEM_FAULT could have failed (Debug builds; 0 elsewhere)",
+      U, X, RO}, F_DEBUG_FAULT_CALLS, W_NONE},
 };
 #define TABLE_SIZE (sizeof table / sizeof table[0])
 
@@ -338,6 +348,9 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_BUILD_VALGRIND: return HAKMEM_VALGRIND;
   case F_CHECKER_MEMCHECK: return hak_checker == CHECKER_MEMCHECK;
   case F_CHECKER_SANITIZER: return hak_checker == CHECKER_SANITIZER;
+  case F_OS_UNMAP_REFUSED: return relaxed(&os_kept_bytes);
+  case F_DEBUG_FAULTS: return os_fault_count(true);
+  case F_DEBUG_FAULT_CALLS: return os_fault_count(false);
   }
   return 0;
 }
@@ -437,6 +450,11 @@ hak_export int hak_ctl_set(const char *name, const void *in, size_t len) {
     if (u != 0) options_keep_stderr(); /* where the report at exit goes */
     __atomic_store_n(&hak_opt.stats, u == 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hak_opt.stats_json, u == 2, __ATOMIC_RELAXED);
+    return 0;
+  case F_DEBUG_FAULTS:
+    if (!HAKMEM_DEBUG) return -EPERM;
+    if (u > 1) return -EINVAL;
+    os_fault_arm(u == 1);
     return 0;
   default:
     return -EPERM;
