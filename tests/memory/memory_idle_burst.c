@@ -112,7 +112,7 @@ static double run_delay_s(void) {
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
-    char path[64];
+    char path[300];
     snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
     FILE *f = fopen(path, "r");
     unsigned long long run, delay;
