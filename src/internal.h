@@ -30,6 +30,16 @@ void *os_map_block(size_t size, size_t align, size_t offset);
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size);             /* give pages back; they read as zero */
 void os_set_huge_pages(void *p, size_t size, bool enable);
+/* Huge pages (thp.c's, on the purge thread only). os_thp_allowed: the system lets this
+ * process have them (THP not `never`, no PR_SET_THP_DISABLE). os_resident_pages: of
+ * [p, p + size), by mincore. os_collapse: makes a 2 MiB range, advised MADV_NOHUGEPAGE,
+ * one huge page (MADV_COLLAPSE, the advice lifted for the call), with `fail`: as a
+ * kernel without MADV_COLLAPSE (the test switch). On EINVAL (no MADV_COLLAPSE) the
+ * range is left MADV_HUGEPAGE, for khugepaged. */
+typedef enum { OS_COLLAPSED, OS_COLLAPSE_ADVISED, OS_COLLAPSE_FAILED } os_collapse_t;
+bool os_thp_allowed(void);
+size_t os_resident_pages(void *p, size_t size);
+os_collapse_t os_collapse(void *p, size_t size, bool fail);
 /* Faults the pages in, writable, in one call (MADV_POPULATE_WRITE): the same pages, the
  * same minor faults as a program writing them, without a trap each. False if it failed
  * (a kernel without it: never asked again). */
@@ -55,7 +65,8 @@ extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 typedef struct hak_options {
   long purge_delay_ms;  /* HAKMEM_PURGE_DELAY_MS: 0 at once, -1 never */
   long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
-  bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
+  bool thp;             /* HAKMEM_THP: dense 2 MiB ranges become huge pages (thp.c) */
+  bool thp_no_collapse; /* tests: MADV_COLLAPSE fails with EINVAL */
   bool stats;           /* HAKMEM_STATS: print a report at exit */
   bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
   bool background_fails; /* tests: creating it fails */
@@ -127,6 +138,11 @@ typedef struct hak_global_stats {
   _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
   _Atomic uint64_t purge_passes;      /* purge passes that ran (purge.c: timed and malloc_trim) */
   _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
+  /* Huge pages (region.c, thp.c): bytes of ranges collapsed and whole; ranges collapsed;
+   * failed collapses; ranges left to khugepaged; huge pages given back whole; huge pages
+   * broken by a purge of part of them. */
+  _Atomic size_t thp_huge_bytes;
+  _Atomic uint64_t thp_collapsed, thp_failed, thp_advised, thp_returned_whole, thp_broken;
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 extern uintptr_t hak_cookie;   /* random per process (init.c) */
@@ -188,10 +204,14 @@ void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with
 void secure_guard_region(void *region);
 void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
+#include "range.h" /* 2 MiB ranges, huge pages: range.c, the regions' candidates */
+
 /* ---- region.c ------------------------------------------------------------------ */
 extern uint8_t region_map[REGION_MAP_ENTRIES];
 extern hak_slab_t region_free_unit_slab; /* what the unit map shows for unused units */
 extern pthread_mutex_t region_lock;
+extern hak_region_t *regions; /* all regions, newest first (thp.c walks them) */
+bool region_release_if_spare(hak_region_t *r); /* an empty one beyond the cache goes */
 
 hak_inline hak_region_t *region_of(uintptr_t a) {
   return (hak_region_t *)(a & ~(uintptr_t)REGION_MASK);
@@ -290,6 +310,9 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
                      uintptr_t *evicted_base, size_t *evicted_size);
 /* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
 uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
+
+/* ---- thp.c: which ranges become huge pages (the purge thread's) ------------------ */
+size_t thp_pass(uint64_t now_ms); /* collapses dense ranges; returns how many */
 
 /* ---- slab.c -------------------------------------------------------------------- */
 void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);

@@ -12,7 +12,7 @@
 hak_options_t hak_opt = {
     .purge_delay_ms = 100,
     .region_cache = 2,
-    .thp = false,
+    .thp = true,
     .stats = false,
     .background = true,
     .prof_rate = 512 * 1024,
@@ -118,7 +118,11 @@ void options_init(void) {
     hak_opt.purge_delay_ms = x < 0 ? -1 : x;
   if (read_long(option_names[OPT_REGION_CACHE], 0, "a count of regions, 0 or more", &x))
     hak_opt.region_cache = x;
-  read_bool(option_names[OPT_THP], &hak_opt.thp);
+  /* `test-no-collapse`: for the tests only, huge pages on, MADV_COLLAPSE failing with
+   * EINVAL as on a kernel without it (read by the purge thread only). */
+  const char *thp = option_value(option_names[OPT_THP]);
+  if (thp != NULL && strcmp(thp, "test-no-collapse") == 0) hak_opt.thp = hak_opt.thp_no_collapse = true;
+  else read_bool(option_names[OPT_THP], &hak_opt.thp);
   const char *stats = option_value(option_names[OPT_STATS]);
   if (stats != NULL && strcasecmp(stats, "json") == 0) hak_opt.stats_json = true; /* ctl.c */
   else read_bool(option_names[OPT_STATS], &hak_opt.stats);

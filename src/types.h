@@ -94,6 +94,12 @@
 /* Units 0..2 hold the header; the hardened build keeps the last unit as a guard. */
 #define REGION_HEADER_UNITS 3
 #define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
+/* A region is 32 ranges of 2 MiB, each the size and alignment of an x86-64 huge page:
+ * the grain in which the purge thread turns dense memory into huge pages (thp.c). */
+#define HUGE_PAGE_SHIFT 21
+#define HUGE_PAGE_SIZE ((size_t)1 << HUGE_PAGE_SHIFT)
+#define RANGE_UNITS (HUGE_PAGE_SIZE / UNIT_SIZE)          /* 32 */
+#define RANGES_PER_REGION (UNITS_PER_REGION / RANGE_UNITS) /* 32 */
 
 /* The region map covers the 47-bit user address space, one byte per region. */
 #define ADDRESS_BITS 47
@@ -215,6 +221,14 @@ typedef struct hak_region {
   struct hak_region *next, *prev; /* all regions */
   uint32_t free_units;            /* units past the header not in any span */
   uint32_t dirty_free_units;      /* free units that may still hold committed pages */
+  /* Its 2 MiB ranges (bit g: units 32 g .. 32 g + 31): collapsed into a huge page and not
+   * purged in part since; left MADV_HUGEPAGE for khugepaged (a kernel without
+   * MADV_COLLAPSE); advised ones purged since, to be advised MADV_NOHUGEPAGE again. */
+  uint32_t huge_ranges, advised_ranges, unadvise_ranges;
+  uint32_t pins;                  /* the purge thread works on a range without region_lock */
+  uint8_t range_used[RANGES_PER_REGION];    /* units in spans (the header's count) */
+  uint8_t range_purges[RANGES_PER_REGION];  /* bumped whenever a range's units are purged */
+  uint32_t range_look_ms[RANGES_PER_REGION]; /* the purge thread's last look for a collapse */
   uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
   uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
   uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */
