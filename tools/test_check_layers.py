@@ -5,7 +5,7 @@ included, with a file missing from the build's list, with the design picture out
 date, and (given libhakmem.a) on a symbol table with an upward call. The unchanged copy
 must pass.
 
-usage: test_check_layers.py [LIBHAKMEM.a]"""
+usage: test_check_layers.py [LIBHAKMEM.a [OBJCOPY]]"""
 import os
 import shutil
 import subprocess
@@ -88,11 +88,12 @@ def main(argv):
             # An upward call: slab.o made to refer to a heap.c symbol, by renaming one of
             # its undefined symbols in a copy of the archive's member.
             lib = argv[1]
+            objcopy = argv[2] if len(argv) > 2 and argv[2] else "objcopy"  # the toolchain's
             work = os.path.join(tmp, "objs")
             os.makedirs(work)
             subprocess.run(["ar", "x", os.path.abspath(lib)], cwd=work, check=True)
             slab = os.path.join(work, "slab.c.o")
-            subprocess.run(["objcopy", "--redefine-sym", "slab_gap=heap_malloc_slow", slab], check=True)
+            subprocess.run([objcopy, "--redefine-sym", "slab_gap=heap_malloc_slow", slab], check=True)
             objs = [os.path.join(work, n) for n in sorted(os.listdir(work))]
             rc, out = run(clean, *objs)
             expect = "slab.c -> heap_malloc_slow"
