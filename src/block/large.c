@@ -107,7 +107,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
     return p;
   }
   size_t units = units_for(n, align);
-  bool learn = !(flags & (LARGE_ZERO | LARGE_GROWING)) && !hak_opt.thp;
+  bool learn = !(flags & (LARGE_ZERO | LARGE_GROWING));
   if (learn) prefault_look();
   bool prefault_now = learn && prefault_on;
   /* A cached span up to a quarter bigger is as good as a new one; a growing block will

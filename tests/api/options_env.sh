@@ -20,7 +20,7 @@ expect_not() {
 }
 
 run
-expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "defaults"
 expect_not "hakmem: ignoring" "defaults"
 
 run HAKMEM_PURGE_DELAY_MS=0 HAKMEM_REGION_CACHE=5 HAKMEM_THP=on
@@ -36,7 +36,7 @@ expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=10ms" "delay with a unit"
 expect "hakmem: ignoring HAKMEM_REGION_CACHE=-3" "negative region cache"
 expect "hakmem: ignoring HAKMEM_THP=maybe" "THP not a switch value"
 expect "hakmem: ignoring HAKMEM_STATS=2" "STATS not a switch value"
-expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "defaults kept"
 
 run HAKMEM_PURGE_DELAY_MS=99999999999999999999999
 expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=99999999999999999999999" "out of range"
@@ -66,7 +66,7 @@ if [ "$(id -u)" = 0 ]; then
     HAKMEM_PURGE_DELAY=0
   case $out in
     *at_secure=1*)
-      expect "options: purge_delay_ms=100 region_cache=2 thp=0" "set-user-ID keeps the defaults"
+      expect "options: purge_delay_ms=100 region_cache=2 thp=1" "set-user-ID keeps the defaults"
       expect_not "hakmem: ignoring" "set-user-ID reads no HAKMEM_* value"
       # exactly one report: the malloc_stats call's, none at exit for HAKMEM_STATS=1
       [ "$(printf '%s\n' "$out" | grep -c '^hakmem stats')" = 1 ] ||
