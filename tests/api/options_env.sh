@@ -47,7 +47,7 @@ expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=-5 (takes -1 or 0 .. 2^31-1)" "de
 expect "hakmem: ignoring HAKMEM_REGION_CACHE=2000000 (takes 0 .. 2^20)" "region cache above 2^20"
 expect "hakmem: ignoring HAKMEM_THP= (empty; takes 1/0" "an empty value"
 expect "hakmem: ignoring HAKMEM_STATS=xml (takes 1/0, true/false, yes/no, on/off or json)" "STATS lists json"
-expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept after range errors"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "defaults kept after range errors"
 
 run HAKMEM_PURGE_DELAY=0 HAKMEM_Stats=1 HAKMEM_THP=1
 expect "hakmem: ignoring unknown option HAKMEM_PURGE_DELAY (known: HAKMEM_PURGE_DELAY_MS " "misspelt name"
