@@ -222,6 +222,8 @@ void os_set_huge_pages(void *p, size_t size, bool enable);
  * kernel without MADV_COLLAPSE (the test switch). On EINVAL (no MADV_COLLAPSE) the
  * range is left MADV_HUGEPAGE, for khugepaged. */
 typedef enum { OS_COLLAPSED, OS_COLLAPSE_ADVISED, OS_COLLAPSE_FAILED } os_collapse_t;
+typedef enum { OS_THP_NEVER, OS_THP_MADVISE, OS_THP_ALWAYS } os_thp_mode_t;
+os_thp_mode_t os_thp_mode(void); /* /sys/kernel/mm/transparent_hugepage/enabled */
 bool os_thp_allowed(void);
 size_t os_resident_pages(void *p, size_t size);
 os_collapse_t os_collapse(void *p, size_t size, bool fail);

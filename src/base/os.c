@@ -270,20 +270,28 @@ void os_set_huge_pages(void *p, size_t size, bool enable) {
 
 /* `never` in sysfs is read once (MADV_COLLAPSE would ignore it); the prctl, which a
  * program may set at any time (Redis does, at start-up), at every call. */
-bool os_thp_allowed(void) {
-  static _Atomic int never = -1;
-  int saved = errno;
-  int n = atomic_load_explicit(&never, memory_order_relaxed);
-  if (n < 0) {
+/* The system's THP mode, read once: never (or no THP in this kernel), madvise, always. */
+os_thp_mode_t os_thp_mode(void) {
+  static _Atomic int mode = -1;
+  int m = atomic_load_explicit(&mode, memory_order_relaxed);
+  if (m < 0) {
+    int saved = errno;
     char buf[128] = "";
     int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
     ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
     if (fd >= 0) close(fd);
     buf[got > 0 ? got : 0] = '\0';
-    n = got <= 0 || strstr(buf, "[never]") != NULL; /* no THP in this kernel: never */
-    atomic_store_explicit(&never, n, memory_order_relaxed);
+    m = strstr(buf, "[always]") ? OS_THP_ALWAYS : strstr(buf, "[madvise]") ? OS_THP_MADVISE : OS_THP_NEVER;
+    atomic_store_explicit(&mode, m, memory_order_relaxed);
+    errno = saved;
   }
-  bool allowed = !n && prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0;
+  return (os_thp_mode_t)m;
+}
+
+bool os_thp_allowed(void) {
+  if (os_thp_mode() == OS_THP_NEVER) return false;
+  int saved = errno;
+  bool allowed = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0;
   errno = saved;
   return allowed;
 }
@@ -302,13 +310,21 @@ size_t os_resident_pages(void *p, size_t size) {
 os_collapse_t os_collapse(void *p, size_t size, bool fail) {
   int saved = errno;
   os_collapse_t how = OS_COLLAPSED;
-  /* MADV_COLLAPSE refuses a range advised MADV_NOHUGEPAGE: the advice is lifted for the
-   * call and put back after, so that later faults there stay small (no compaction on a
-   * fault) and the mapping's pieces merge again. */
-  madvise(p, size, MADV_HUGEPAGE);
+  /* A range without advice (THP `madvise`: regions are left so) is collapsed as it is.
+   * MADV_COLLAPSE refuses one advised MADV_NOHUGEPAGE (EINVAL, as a kernel without it
+   * does): the advice is then lifted for the call and put back after, so that later
+   * faults there stay small (no compaction on a fault) and the mapping's pieces merge
+   * again. Changing the advice splits the mapping, and every fault in it waits for that,
+   * which is why it is the second try. */
   int rc = fail ? (errno = EINVAL, -1) : madvise(p, size, MADV_COLLAPSE);
-  if (rc != 0) how = errno == EINVAL ? OS_COLLAPSE_ADVISED : OS_COLLAPSE_FAILED;
-  if (how != OS_COLLAPSE_ADVISED) madvise(p, size, MADV_NOHUGEPAGE);
+  if (rc != 0 && errno == EINVAL) {
+    madvise(p, size, MADV_HUGEPAGE);
+    rc = fail ? (errno = EINVAL, -1) : madvise(p, size, MADV_COLLAPSE);
+    if (rc != 0) how = errno == EINVAL ? OS_COLLAPSE_ADVISED : OS_COLLAPSE_FAILED;
+    if (how != OS_COLLAPSE_ADVISED) madvise(p, size, MADV_NOHUGEPAGE);
+  } else if (rc != 0) {
+    how = OS_COLLAPSE_FAILED;
+  }
   errno = saved;
   return how;
 }

@@ -60,6 +60,10 @@ typedef struct region_range {
   uint32_t range;
   uint8_t purges; /* the range's purge count when picked */
   bool unadvise;
+  uint8_t used;          /* its units in spans when picked */
+  uint16_t seen_pages;   /* what the last look saw (hak_region_t's range_seen_pages) */
+  uint8_t seen_used;
+  uint16_t pages;        /* thp_do's: resident pages + 1 now (0: not asked) */
 } region_range_t;
 typedef enum { THP_COLLAPSED, THP_ADVISED, THP_NOT_DONE } region_thp_outcome_t;
 size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max);

@@ -114,8 +114,10 @@ static hak_region_t *region_create(void) {
     return NULL;
   }
   /* Faults get small pages, whatever the system's THP mode: a range becomes a huge page
-   * only once it is dense, collapsed by the purge thread (thp.c). */
-  os_set_huge_pages(r, REGION_SIZE, false);
+   * only once it is dense, collapsed by the purge thread (thp.c). Under THP `madvise` a
+   * region without advice faults small pages and khugepaged leaves it alone; the advice
+   * would only cost a split of the mapping at each collapse (os_collapse). */
+  if (!hak_opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, REGION_SIZE, false);
   r->magic = REGION_MAGIC;
   r->free_units = REGION_MAX_SPAN_UNITS; /* the rest reads as zero: a fresh mapping */
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;

@@ -91,6 +91,10 @@ typedef struct hak_region {
   uint8_t range_used[RANGES_PER_REGION];    /* units in spans (the header's count) */
   uint8_t range_purges[RANGES_PER_REGION];  /* bumped whenever a range's units are purged */
   uint32_t range_look_ms[RANGES_PER_REGION]; /* the purge thread's last look for a collapse */
+  /* What that look saw: resident pages + 1 (0: not looked at), and units in spans. A
+   * range is collapsed only when a second look finds both unchanged (thp.c). */
+  uint16_t range_seen_pages[RANGES_PER_REGION];
+  uint8_t range_seen_used[RANGES_PER_REGION];
   uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
   uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
   uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */

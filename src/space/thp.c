@@ -23,8 +23,11 @@
  * A range is worth a collapse when at least 3/4 of its units are in spans and 7/8 are
  * in spans or resident free units (reused first, by placement); thp.c then asks the
  * kernel how many of its pages are resident before it collapses. Each range is looked
- * at once per THP_LOOK_MS at most. A candidate's region is pinned (never unmapped)
- * until region_thp_done. */
+ * at once per THP_LOOK_MS at most, and collapsed only when the look before found the
+ * same resident pages and units in spans: a range still being written (the frontier of
+ * a growing heap) is left alone, because every access to a range waits while it is
+ * collapsed (the kernel clears its page table entry for the copy). A candidate's region
+ * is pinned (never unmapped) until region_thp_done. */
 #define COLLAPSE_MIN_USED (RANGE_UNITS * 3 / 4)
 #define COLLAPSE_MIN_RESIDENT (RANGE_UNITS * 7 / 8)
 #define THP_LOOK_MS 1000u
@@ -48,7 +51,8 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
       }
       r->unadvise_ranges &= ~bit;
       r->pins++;
-      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], unadvise};
+      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], unadvise, r->range_used[g],
+                                  r->range_seen_pages[g], r->range_seen_used[g], 0};
     }
   }
   return n;
@@ -59,6 +63,10 @@ void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint
   size_t g = c->range;
   uint32_t bit = (uint32_t)1 << g;
   bool unchanged = r->range_purges[g] == c->purges; /* nothing in it purged meanwhile */
+  if (outcome == THP_NOT_DONE && c->pages != 0) { /* what this look saw, for the next */
+    r->range_seen_pages[g] = c->pages;
+    r->range_seen_used[g] = c->used;
+  }
   if (outcome == THP_COLLAPSED && unchanged) {
     /* Every page of the range is resident now; the ones no span wrote read as zero. */
     r->huge_ranges |= bit;
@@ -80,10 +88,11 @@ void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint
   region_release_if_spare(r);
 }
 
-/* Is the candidate's range still in use, after the collapses before it in the batch? */
+/* Is the candidate's range as it was when picked, after the collapses before it in the
+ * batch (no span taken or given back there, nothing purged)? */
 bool region_thp_still_dense(const region_range_t *c) {
   pthread_mutex_lock(&region_lock);
-  bool dense = c->region->range_used[c->range] >= COLLAPSE_MIN_USED &&
+  bool dense = c->region->range_used[c->range] == c->used &&
                c->region->range_purges[c->range] == c->purges;
   pthread_mutex_unlock(&region_lock);
   return dense;
@@ -95,14 +104,17 @@ bool region_thp_min_in_use(size_t bytes) { return region_used_units * UNIT_SIZE 
  * ranges are advised MADV_HUGEPAGE instead, for khugepaged (no further tries). */
 static _Atomic bool collapse_missing;
 
-static region_thp_outcome_t thp_do(const region_range_t *c) {
+static region_thp_outcome_t thp_do(region_range_t *c) {
   void *p = (char *)c->region + (size_t)c->range * HUGE_PAGE_SIZE;
   if (c->unadvise) {
     os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
     return THP_NOT_DONE;
   }
-  if (!region_thp_still_dense(c) || os_resident_pages(p, HUGE_PAGE_SIZE) < THP_MIN_RESIDENT_PAGES)
-    return THP_NOT_DONE;
+  if (!region_thp_still_dense(c)) return THP_NOT_DONE;
+  size_t pages = os_resident_pages(p, HUGE_PAGE_SIZE);
+  c->pages = (uint16_t)(pages + 1);
+  if (pages < THP_MIN_RESIDENT_PAGES || c->pages != c->seen_pages || c->used != c->seen_used)
+    return THP_NOT_DONE; /* not dense, or still changing: looked at again later */
   bool missing = hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed);
   switch (os_collapse(p, HUGE_PAGE_SIZE, missing)) {
   case OS_COLLAPSED:

@@ -165,7 +165,7 @@ static int idle(void) {
 static int off(bool by_prctl) {
   if (by_prctl && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) mt_fail("PR_SET_THP_DISABLE: %s", strerror(errno));
   fill();
-  usleep(2500 * 1000); /* as long as the dense heap needs, and more */
+  usleep(4000 * 1000); /* as long as the dense heap needs (two looks 1 s apart), and more */
   print_thp(by_prctl ? "PR_SET_THP_DISABLE:" : "HAKMEM_THP=0:");
   if (anon_huge() != 0 || stat_of("thp.collapsed") != 0) mt_fail("huge pages despite the setting");
   verify("after the wait");
