@@ -614,6 +614,32 @@ static void fresh_blocks(size_t size) {
   property(left == 0, "no new block of the size holds a freed block's data");
 }
 
+/* Words [from, to) of the freed block at p that hold an address in its 64 MiB-aligned
+ * region, as an allocator's raw pointer would: a list link, its slab descriptor. */
+static size_t address_words(const char *p, size_t from, size_t to) {
+  size_t n = 0;
+  for (size_t i = from; i < to; i++) {
+    uint64_t w;
+    memcpy(&w, (const char *)tu_hide((void *)(p + 8 * i)), 8);
+    n += w != 0 && (w ^ (uintptr_t)p) < ((uint64_t)1 << 26);
+  }
+  return n;
+}
+
+static void freed_tag_hidden(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  property(address_words(p, 1, 2) == 0, "a freed block's second word (its free tag) is no address");
+}
+
+static void freed_no_address(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  property(address_words(p, 0, size / 8) == 0, "no word of a freed block is an address");
+}
+
 /* ---- every offset near a block ------------------------------------------------------ */
 /* One byte flipped at each offset from 1 to `reach` bytes before the block (p[-k]) or
  * after its last byte (p[size - 1 + k]), each in a process of its own, which then frees
@@ -665,6 +691,10 @@ static void every_offset(size_t size, bool after, size_t reach) {
 
 static void every_offset_before_4096(size_t size) { every_offset(size, false, 4096); }
 static void every_offset_after_4096(size_t size) { every_offset(size, true, 4096); }
+static void every_offset_before_32(size_t size) { every_offset(size, false, 32); }
+static void every_offset_after_32(size_t size) { every_offset(size, true, 32); }
+static void every_offset_after_24(size_t size) { every_offset(size, true, 24); }
+static void every_offset_before_24(size_t size) { every_offset(size, false, 24); }
 
 /* ---- the table --------------------------------------------------------------------- */
 
