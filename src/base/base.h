@@ -9,8 +9,8 @@
  *   slab    a span carved into blocks of one size class. Small/mid blocks live here.
  *           A large block is a slab holding exactly one block.
  *   block   what malloc returns. A free block's first word links the free list, its
- *           second word holds the "free tag" (its slab descriptor's address) that makes
- *           double frees visible in one compare.
+ *           second word holds the "free tag" (its slab descriptor's address; hardened:
+ *           xor a per-process key) that makes double frees visible in one compare.
  *   class   a block size. Tiny classes cover <= 1 KiB, mid classes <= 128 KiB.
  *   heap    one thread's allocation state: per-class queues of the slabs it owns.
  *           Only the owning thread touches a slab's non-atomic fields; other threads
@@ -342,6 +342,7 @@ typedef struct hak_global_stats {
 extern hak_global_stats_t hak_gstats;
 extern uintptr_t hak_cookie;   /* random per process (init.c) */
 extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
+extern uintptr_t hak_tag_key;  /* hardened build: free tags are xor-encoded (block.h) */
 extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
 void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
 /* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */

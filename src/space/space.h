@@ -130,16 +130,23 @@ hak_inline uintptr_t slab_base(const hak_slab_t *s) {
 }
 
 /* ---- secure_hooks.c: the hardened build's hooks into the lower layers ----------- */
-/* A hardened small block's size word: its last 8 bytes, n ^ key ^ its address. Relaxed
- * atomics (plain moves on x86): a free checks the size word of the block below its
- * own, which a thread without a heap may be rewriting as it frees that block; either
- * value passes the check. */
+/* A hardened small block's size word: its last 8 bytes, (n * SIZE_MUL mod 2^56) ^ key ^
+ * its address. The product spreads n over the low 7 bytes, so that a change to any one
+ * of them decodes to a size far beyond any block's (a plain n would take a new low byte
+ * for another sane size); the top byte is the key's alone, and decodes to a size of at
+ * least 2^56 once changed. Relaxed atomics (plain moves on x86): a free checks the size
+ * word of the block below its own, which a thread without a heap may be rewriting as
+ * it frees that block; either value passes the check. */
+#define SIZE_MUL 0x9e3779b97f4a7c15ull     /* odd: a bijection mod 2^56 */
+#define SIZE_MUL_INV 0xf1de83e19937733dull /* SIZE_MUL * SIZE_MUL_INV = 1 mod 2^64 */
+#define SIZE_LOW (((uint64_t)1 << 56) - 1)
 hak_inline uintptr_t *secure_size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
 hak_inline size_t secure_size_decode(const uintptr_t *w) {
-  return __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+  uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+  return (size_t)(((v * SIZE_MUL_INV) & SIZE_LOW) | (v & ~SIZE_LOW));
 }
 hak_inline void secure_size_encode(uintptr_t *w, size_t n) {
-  __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
+  __atomic_store_n(w, (((uint64_t)n * SIZE_MUL) & SIZE_LOW) ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
 }
 /* Free-list links. The hardened build stores next ^ key ^ own address, and checks that
  * a decoded link lands on a carved block of the same slab before following it. */
