@@ -33,6 +33,8 @@ SOURCES = {
     "fastpath_loop": "fastpath_loop.c",
     "pointer_chase": "pointer_chase.c",  # a large-heap program (bigheap.py)
     "exec_rusage": "exec_rusage.c",  # not a workload: runs the real programs (programs.py)
+    "malloc_tail": "malloc_tail.c",  # not a row: the slowest mallocs, for docs/huge-pages.md
+    "fork_touch": "fork_touch.c",  # not a row: fork of a big heap, for docs/huge-pages.md
 }
 
 

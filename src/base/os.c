@@ -270,18 +270,34 @@ void os_set_huge_pages(void *p, size_t size, bool enable) {
 
 /* `never` in sysfs is read once (MADV_COLLAPSE would ignore it); the prctl, which a
  * program may set at any time (Redis does, at start-up), at every call. */
-/* The system's THP mode, read once: never (or no THP in this kernel), madvise, always. */
+/* The system's THP mode, read once: never (or no THP in this kernel), madvise, always.
+ * Every process asks it when it maps its first region, so the file's name and the words
+ * are immediates, not strings: a string would map the library's read-only data, unwind
+ * tables and all (test memory_hot_text). */
+static void put8(char *to, uint64_t v) { memcpy(to, &v, 8); }
+
 os_thp_mode_t os_thp_mode(void) {
   static _Atomic int mode = -1;
   int m = atomic_load_explicit(&mode, memory_order_relaxed);
   if (m < 0) {
     int saved = errno;
-    char buf[128] = "";
-    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    char path[48], buf[128];
+    put8(path + 0, 0x72656b2f7379732full);  /* /sys/ker */
+    put8(path + 8, 0x742f6d6d2f6c656eull);  /* nel/mm/t */
+    put8(path + 16, 0x65726170736e6172ull); /* ranspare */
+    put8(path + 24, 0x70656775685f746eull); /* nt_hugep */
+    put8(path + 32, 0x62616e652f656761ull); /* age/enab */
+    put8(path + 40, 0x000000000064656cull); /* led */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
     if (fd >= 0) close(fd);
-    buf[got > 0 ? got : 0] = '\0';
-    m = strstr(buf, "[always]") ? OS_THP_ALWAYS : strstr(buf, "[madvise]") ? OS_THP_MADVISE : OS_THP_NEVER;
+    m = OS_THP_NEVER; /* no THP in this kernel, or a mode not known: never */
+    for (ssize_t i = 0; i + 1 < got; i++) {
+      if (buf[i] != '[') continue;
+      if (buf[i + 1] == 'a') m = OS_THP_ALWAYS;
+      else if (buf[i + 1] == 'm') m = OS_THP_MADVISE;
+      break;
+    }
     atomic_store_explicit(&mode, m, memory_order_relaxed);
     errno = saved;
   }
