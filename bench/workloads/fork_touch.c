@@ -5,6 +5,7 @@
  *
  *   bench_fork_touch [mib=512]
  *
+ * The parent's AnonHugePages before the fork is printed too.
  * Used for the design notes' cost of huge pages at fork (HAKMEM_THP on and off). */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +32,13 @@ int main(int argc, char **argv) {
     if (blocks[i] == NULL) return 1;
     memset(blocks[i], 1, 4096 - 16);
   }
-  sleep(2); /* the purge thread's passes: huge pages made where they will be */
+  sleep(4); /* the purge thread's passes: huge pages made where they will be */
+  char line[256];
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, "AnonHugePages:", 14) == 0) printf("fork_touch parent %s", line);
+  if (f != NULL) fclose(f);
+  fflush(stdout);
   double t0 = now_s();
   pid_t pid = fork();
   if (pid < 0) return 1;
