@@ -30,6 +30,7 @@ HAK_FORWARDED_ENTRY(void, free_sized, (void *p, size_t n)) { hak_free_sized(p, n
 HAK_FORWARDED_ENTRY(void, free_aligned_sized, (void *p, size_t a, size_t n)) { hak_free_aligned_sized(p, a, n); }
 EXPORT int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
 EXPORT void malloc_stats(void) { hak_malloc_stats(); }
+#ifdef __GLIBC__ /* musl has neither mallinfo nor mallinfo2 */
 EXPORT struct mallinfo2 mallinfo2(void) { return hak_mallinfo2(); }
 
 EXPORT struct mallinfo mallinfo(void) {
@@ -44,6 +45,7 @@ EXPORT struct mallinfo mallinfo(void) {
   m.usmblks = (int)m2.usmblks;
   return m;
 }
+#endif
 
 /* malloc_info(3): an XML summary, as glibc prints it, with hakmem's figures. */
 EXPORT int malloc_info(int options, FILE *fp) {

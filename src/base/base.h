@@ -160,6 +160,25 @@ _Static_assert(ADDRESS_BITS <= REMOTE_COUNT_SHIFT, "block addresses must leave t
 _Static_assert(UNIT_SIZE / 16 < ((uintptr_t)1 << (64 - REMOTE_COUNT_SHIFT)),
                "a slab's blocks must fit the remote count");
 
+/* ---- C libraries without pthread_cond_clockwait (glibc 2.30; not musl) ------------
+ * The waits use the default-clock conditions of PTHREAD_COND_INITIALIZER: the deadline
+ * on `clk` becomes the realtime one pthread_cond_timedwait takes. */
+#if !defined(__GLIBC__) && !(defined(HAKMEM_LOCKSTAT) && HAKMEM_LOCKSTAT)
+#include <time.h>
+static inline int hak_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+                                     const struct timespec *t) {
+  struct timespec now, real;
+  clock_gettime(clk, &now);
+  clock_gettime(CLOCK_REALTIME, &real);
+  long long ns = (long long)(t->tv_sec - now.tv_sec) * 1000000000LL + (t->tv_nsec - now.tv_nsec);
+  ns = (ns < 0 ? 0 : ns) + real.tv_nsec;
+  real.tv_sec += (time_t)(ns / 1000000000LL);
+  real.tv_nsec = (long)(ns % 1000000000LL);
+  return pthread_cond_timedwait(c, m, &real);
+}
+#define pthread_cond_clockwait hak_cond_clockwait
+#endif
+
 /* ---- lockstat.c: lock statistics for scaling studies (docs/scaling.md) -----------
  * Built only with the CMake option HAKMEM_LOCKSTAT=ON, which defines HAKMEM_LOCKSTAT=1.
  * Every pthread_mutex_lock/trylock/unlock and cond wait in the library then goes through

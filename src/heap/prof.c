@@ -27,6 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef __GLIBC__ /* strerrordesc_np is glibc's (2.32); musl's strerror takes no lock */
+#define strerrordesc_np strerror
+#endif
+
 #define PROF_DEFAULT_PREFIX "hakmem-prof"
 
 _Atomic bool prof_on;

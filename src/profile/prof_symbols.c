@@ -155,21 +155,31 @@ size_t prof_symbolize(uintptr_t addr, char *buf, size_t size) {
   char num[24];
   size_t at = 0;
   /* addr is a return address: addr - 1 lies in the call, inside the caller. */
+#ifdef __GLIBC__
   if (dladdr1((void *)(addr - 1), &info, (void **)&sym, RTLD_DL_SYMENT) == 0) info.dli_fname = NULL;
+  bool in_sym = sym != NULL && addr - 1 < (uintptr_t)info.dli_saddr + (sym->st_size ? sym->st_size : 1);
+#else /* musl: dladdr alone, the nearest dynamic symbol below, no size to check it by */
+  if (dladdr((void *)(addr - 1), &info) == 0) info.dli_fname = NULL;
+  bool in_sym = sym == NULL;
+#endif
   const char *name = NULL;
   uintptr_t off = 0;
-  if (info.dli_fname != NULL && info.dli_sname != NULL && sym != NULL &&
-      addr - 1 < (uintptr_t)info.dli_saddr + (sym->st_size ? sym->st_size : 1)) {
+  if (info.dli_fname != NULL && info.dli_sname != NULL && in_sym) {
     name = info.dli_sname;
     off = addr - (uintptr_t)info.dli_saddr;
   } else if (info.dli_fname != NULL) {
     const char *path = info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
     /* The file's own addresses: the load bias is where its vaddr 0 would be. */
+#ifdef __GLIBC__
     struct link_map *lm = NULL;
     if (dladdr1((void *)(addr - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) != 0 && lm != NULL) {
       name = symtab_lookup(path, addr - 1 - lm->l_addr, &off);
       off++;
     }
+#else /* musl's dli_fbase: the file's base, its vaddr 0 for a PIE or a library */
+    name = symtab_lookup(path, addr - 1 - (uintptr_t)info.dli_fbase, &off);
+    off++;
+#endif
   }
   at = append(buf, at, size, name ? name : "??");
   if (name) {

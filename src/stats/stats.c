@@ -104,6 +104,7 @@ hak_export void hak_get_info(hak_info_t *info) {
   info_of(&t, info);
 }
 
+#ifdef __GLIBC__ /* struct mallinfo2 is glibc's (2.33); musl has no mallinfo */
 struct mallinfo2 hak_mallinfo2(void) {
   hak_info_t info;
   hak_get_info(&info);
@@ -117,6 +118,7 @@ struct mallinfo2 hak_mallinfo2(void) {
   mi.usmblks = info.peak_in_use;
   return mi;
 }
+#endif
 
 /* The descriptor stderr's report goes to: fd 2, or at exit options_report_fd's. */
 static int report_fd = 2;

@@ -15,7 +15,9 @@ typedef struct stats_walk {
 void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end);
 void stats_print(FILE *out);
 void stats_print_at_exit(void); /* HAKMEM_STATS=1 */
+#ifdef __GLIBC__
 struct mallinfo2 hak_mallinfo2(void);
+#endif
 
 /* ---- ctl.c: figures and options by name ------------------------------------------ */
 void ctl_ensure_init(void); /* the figures need the process set up */

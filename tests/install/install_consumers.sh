@@ -4,14 +4,24 @@
 # must land under it), a program preloaded from the prefix, the consumer program built
 # with pkg-config (with the README's rpath) and with CMake's find_package(hakmem), each
 # run without LD_LIBRARY_PATH; then the gdb script where gdb auto-loads it.
+# With --installed LIBDIR, the same checks (from the preload on) against files a package
+# manager installed under /usr (the Debian packages: .ci/debian).
 # usage: install_consumers.sh SOURCE_DIR BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR
+#        install_consumers.sh --installed LIBDIR CONSUMER_SOURCE_DIR WORK_DIR
 set -eu
+fail() { echo "FAIL: $*"; exit 1; }
+unset LD_LIBRARY_PATH LD_PRELOAD || true
+if [ "$1" = --installed ]; then
+  libdir=$2 src=$3 work=$4 prefix=/usr
+  lib=$libdir/libhakmem.so
+  [ -f "$lib" ] || fail "no $lib installed"
+  rm -rf "$work"
+  mkdir -p "$work"
+else
 top=$1 build=$2 src=$3 work=$4
 rm -rf "$work"
 mkdir -p "$work/builds"
 prefix=$work/prefix
-fail() { echo "FAIL: $*"; exit 1; }
-unset LD_LIBRARY_PATH LD_PRELOAD || true
 
 # The Makefile's install rule against this build: BUILD/release is this build directory,
 # and `-o release` keeps make from configuring or building it again.
@@ -31,6 +41,7 @@ libdir=$(dirname "$lib")
 [ "$libdir" = "$prefix/lib" ] || echo "note: the library went to $libdir, not PREFIX/lib as the README says"
 [ -f "$prefix/share/doc/hakmem/LICENSE" ] || fail "no LICENSE in $prefix/share/doc/hakmem"
 echo "ok: make install PREFIX=$prefix"
+fi
 
 # Preloaded from the prefix: the report at exit shows hakmem served the program. (Not the
 # UBSan build's library, which would bring the sanitizer's runtime into the program: its
