@@ -223,6 +223,10 @@ void stats_print(FILE *f) {
   bool map_reserved = __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
   out(f, "  slab map: %s\n", map_reserved ? "reserved (free's fast path)"
                                         : "not reserved (every free asks the region header)");
+  uint64_t short_maps = atomic_load(&hak_gstats.short_mappings);
+  if (short_maps != 0)
+    out(f, "  address space: %llu regions or heap chunks mapped short of 64 MiB (an address-space "
+        "limit, ulimit -v)\n", (unsigned long long)short_maps);
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
       "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s\n",
       __atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED),
