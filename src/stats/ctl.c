@@ -20,6 +20,7 @@ enum figure {
   F_REMOTE_PUSHES, F_REMOTE_BLOCKS,
   F_PURGE_PASSES, F_PURGE_BUDGET, F_MADVISE_CALLS, F_MADVISE_BYTES, F_PURGED, F_UNMAPPED,
   F_PURGE_THREADS, F_PURGE_THREAD_PASSES, F_PURGE_THREAD_WOKEN, F_PURGE_THREAD_TRIMS,
+  F_THP_BYTES, F_THP_COLLAPSED, F_THP_FAILED, F_THP_ADVISED, F_THP_WHOLE, F_THP_BROKEN,
   F_THREADS_ALIVE, F_THREADS_EXITED,
   F_HEAPS_CREATED, F_HEAPS_TAKEN, F_HEAPS_BY_FREE, F_HEAP_WAITS, F_HEAP_WAITS_VAIN,
   F_HEAPS_DISSOLVED,
@@ -127,6 +128,24 @@ static const ctl_entry_t table[] = {
     {{"purge.thread_trims", "heaps",
       "idle heaps whose all-free queue heads the purge thread gave back",
       U, X, RO}, F_PURGE_THREAD_TRIMS, W_NONE},
+    {{"thp.huge_bytes", "bytes",
+      "region memory in huge pages hakmem collapsed and has not broken or given back since",
+      U, A, RO}, F_THP_BYTES, W_NONE},
+    {{"thp.collapsed", "ranges",
+      "dense 2 MiB ranges the purge thread made huge pages (MADV_COLLAPSE)",
+      U, X, RO}, F_THP_COLLAPSED, W_NONE},
+    {{"thp.collapse_failures", "ranges",
+      "collapses the kernel refused: no huge page free, or no MADV_COLLAPSE",
+      U, X, RO}, F_THP_FAILED, W_NONE},
+    {{"thp.advised", "ranges",
+      "dense ranges left MADV_HUGEPAGE for khugepaged, on a kernel without MADV_COLLAPSE",
+      U, X, RO}, F_THP_ADVISED, W_NONE},
+    {{"thp.returned_whole", "pages",
+      "huge pages given back whole: their range purged or unmapped at once",
+      U, X, RO}, F_THP_WHOLE, W_NONE},
+    {{"thp.broken", "pages",
+      "huge pages broken by purging part of them: less than half in use, or for the budget",
+      U, X, RO}, F_THP_BROKEN, W_NONE},
     {{"threads.alive", "threads",
       "threads that got a heap and have not exited", U, X, RO}, F_THREADS_ALIVE, W_NONE},
     {{"threads.exited", "threads",
@@ -160,7 +179,7 @@ static const ctl_entry_t table[] = {
     {{"opt.region_cache", "regions",
       "HAKMEM_REGION_CACHE in force; takes 0 .. 2^20", U, X, RW}, F_OPT_REGION_CACHE, W_NONE},
     {{"opt.thp", "0/1",
-      "HAKMEM_THP in force; read-only: each region gets its advice when it is mapped",
+      "HAKMEM_THP in force; read-only: the purge thread collapses dense 2 MiB ranges",
       U, X, RO}, F_OPT_THP, W_NONE},
     {{"opt.background", "0/1",
       "HAKMEM_BACKGROUND in force; read-only: the purge thread is started only when needed",
@@ -318,6 +337,12 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_PURGE_THREADS: return purge_thread_started();
   case F_PURGE_THREAD_PASSES: return purge_thread_count(PT_PASSES);
   case F_PURGE_THREAD_WOKEN: return purge_thread_count(PT_WOKEN);
+  case F_THP_BYTES: return relaxed_size(&g->thp_huge_bytes);
+  case F_THP_COLLAPSED: return relaxed(&g->thp_collapsed);
+  case F_THP_FAILED: return relaxed(&g->thp_failed);
+  case F_THP_ADVISED: return relaxed(&g->thp_advised);
+  case F_THP_WHOLE: return relaxed(&g->thp_returned_whole);
+  case F_THP_BROKEN: return relaxed(&g->thp_broken);
   case F_PURGE_THREAD_TRIMS: return purge_thread_count(PT_TRIMS);
   case F_THREADS_ALIVE: {
     uint64_t exited = relaxed(&g->threads_exited), started = relaxed(&g->threads_started);
@@ -412,8 +437,7 @@ hak_export int hak_ctl_get(const char *name, void *out, size_t *len) {
  * the old value or the new one, and a purge pass is scheduled at once so that memory
  * kept under the old delay is looked at again. The region cache is read under
  * region_lock and written under it. The stats switches are read at exit only.
- * THP advice is given to each region when it is mapped: a change could only reach
- * the regions mapped later, so it is refused. */
+ * HAKMEM_THP is read once, at start-up, like the system's own THP mode: refused. */
 static void purge_soon(void) {
   pthread_mutex_lock(&region_lock);
   purge_schedule(os_now_ms());

@@ -12,7 +12,7 @@ For each row (name, what it takes, kind, -1 allowed, min, max, field):
            one), and the field keeps its default
   switch   1/0, true/false, yes/no, on/off in two cases are taken; "maybe", "2" and the
            empty value are refused the same way (HAKMEM_STATS also takes json;
-           HAKMEM_BACKGROUND also test-fail, a test hook left out here)
+           HAKMEM_BACKGROUND also test-fail and HAKMEM_THP test-no-collapse, test hooks left out)
   text     a sample value (TEXT_SAMPLES below: a new text option must add one) is taken;
            the empty value is refused
 And where a ctl name's description says what its option takes (src/stats/ctl.c: "HAKMEM_X
@@ -115,7 +115,7 @@ def walk(tmp, o, defaults):
         below = o["min"] - 1 if not (o["minus_one"] and o["min"] - 1 == -1) else -2
         for v in [str(below), str(o["max"] + 1), "99999999999999999999999", "5x", "x", "0x10", ""]:
             expect_refused(tmp, o, v, defaults)
-    elif kind in ("K_SWITCH", "K_STATS", "K_BACKGROUND"):
+    elif kind in ("K_SWITCH", "K_STATS", "K_BACKGROUND", "K_THP"):
         for v in SWITCH_ON:
             expect_taken(tmp, o, v, "1")
         for v in SWITCH_OFF:
