@@ -228,6 +228,9 @@ uint64_t os_fault_count(bool failed);  /* calls seen, or failures injected, in a
 extern _Atomic uint64_t os_kept_bytes; /* refused munmaps: still mapped, pages given back */
 void *os_map(size_t size);                       /* NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
+/* The same without over-mapping by align (an address-space limit): NULL if not found. */
+void *os_map_aligned_part(size_t size, size_t align);
+bool os_address_space_limited(void); /* a finite RLIMIT_AS (ulimit -v) */
 /* A huge block's mapping, charged like the C library's: its byte at `offset` aligned to
  * `align`. NULL on failure. */
 void *os_map_block(size_t size, size_t align, size_t offset);
@@ -352,6 +355,7 @@ typedef struct hak_global_stats {
   _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
   _Atomic uint64_t purge_passes;      /* purge passes that ran (purge.c: timed and malloc_trim) */
   _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
+  _Atomic uint64_t short_mappings; /* regions and heap chunks mapped short (ulimit -v) */
   /* Huge pages (space/range.c, space/thp.c): bytes of ranges collapsed and whole; ranges
    * collapsed; failed collapses; ranges left to khugepaged; huge pages given back whole;
    * huge pages broken by a purge of part of them. */

@@ -169,21 +169,36 @@ static bool any_option(void) {
 static int kept_fd = -1;
 static dev_t kept_dev;
 static ino_t kept_ino;
+/* What fd 2 was at start-up is known: a file (kept_dev, kept_ino), or closed. A file the
+ * program opens later gets no report, even where it takes fd 2. */
+static bool kept_known, started_closed;
 
 void options_keep_stderr(void) {
   struct stat st;
-  if (kept_fd >= 0 || hak_opt.stats_file != NULL || fstat(2, &st) != 0) return;
-  int fd = fcntl(2, F_DUPFD_CLOEXEC, REPORT_FD_FLOOR);
-  if (fd < 0) fd = fcntl(2, F_DUPFD_CLOEXEC, 3); /* a descriptor limit under 100 */
-  if (fd < 0) return;
-  kept_fd = fd;
+  if (kept_known || hak_opt.stats_file != NULL) return;
+  kept_known = true;
+  if (fstat(2, &st) != 0) {
+    started_closed = true;
+    return;
+  }
   kept_dev = st.st_dev;
   kept_ino = st.st_ino;
+  int fd = fcntl(2, F_DUPFD_CLOEXEC, REPORT_FD_FLOOR);
+  if (fd < 0) fd = fcntl(2, F_DUPFD_CLOEXEC, 3); /* a descriptor limit under 100 */
+  kept_fd = fd;
 }
 
-static bool kept_is_stderr(void) {
+static bool is_kept_file(int fd) {
   struct stat st;
-  return kept_fd >= 0 && fstat(kept_fd, &st) == 0 && st.st_dev == kept_dev && st.st_ino == kept_ino;
+  return fd >= 0 && !started_closed && fstat(fd, &st) == 0 && st.st_dev == kept_dev &&
+         st.st_ino == kept_ino;
+}
+
+/* The stderr the process started with: its duplicate, or fd 2 if that is still it. */
+static int start_stderr(void) {
+  if (!kept_known) return fcntl(2, F_GETFD) >= 0 ? 2 : -1;
+  if (is_kept_file(kept_fd)) return kept_fd;
+  return is_kept_file(2) ? 2 : -1;
 }
 
 /* HAKMEM_STATS_FILE with each %p replaced by the pid (and %% by %); false if too long. */
@@ -230,8 +245,7 @@ int options_report_fd(bool *own_file) {
                            "; it goes to stderr\n"};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
   }
-  if (kept_is_stderr()) return kept_fd;
-  return fcntl(2, F_GETFD) >= 0 ? 2 : -1;
+  return start_stderr();
 }
 
 void options_report_done(int fd) {

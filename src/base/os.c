@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -195,6 +196,40 @@ void *os_map_aligned(size_t size, size_t align) { return map_aligned(size, align
 
 void *os_map_block(size_t size, size_t align, size_t offset) {
   return map_aligned(size, align, offset, 0);
+}
+
+bool os_address_space_limited(void) {
+  struct rlimit l;
+  return getrlimit(RLIMIT_AS, &l) == 0 && l.rlim_cur != RLIM_INFINITY;
+}
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000 /* Linux 4.17; older kernels take it as a hint */
+#endif
+/* Where over-mapping by `align` does not fit under the address-space limit (ulimit -v):
+ * `size` bytes at an `align`-aligned address found without it. The kernel places
+ * mappings top-down, so the aligned addresses just below the one it picks for `size`
+ * bytes are usually free; a few are tried, each only if nothing is mapped there. */
+#define MAP_PART_TRIES 16
+void *os_map_aligned_part(size_t size, size_t align) {
+  void *probe = map_anonymous(size, MAP_NORESERVE);
+  if (probe == NULL) return NULL;
+  os_unmap(probe, size);
+  uintptr_t at = (uintptr_t)probe & ~(uintptr_t)(align - 1);
+  for (int i = 0; i < MAP_PART_TRIES && at >= align; i++, at -= align) {
+    if (fault_hit(OS_MMAP)) return NULL;
+    void *p = mmap((void *)at, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) {
+      if (errno == EEXIST) continue; /* something is there: the next one down */
+      return NULL;
+    }
+    note_mapped();
+    if ((uintptr_t)p == at) return p;
+    os_unmap(p, size); /* a kernel that took the address as a hint */
+  }
+  errno = ENOMEM;
+  return NULL;
 }
 
 _Atomic uint64_t os_purge_calls, os_purge_bytes;

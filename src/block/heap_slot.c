@@ -20,8 +20,26 @@
 #define CHUNK_HEADER ((REGION_SIZE / SLOT_STRIDE + 4095) & ~(size_t)4095)
 #define CHUNK_SLOTS ((REGION_SIZE - CHUNK_HEADER) / SLOT_STRIDE)
 
+/* Under an address-space limit (ulimit -v) with no room for a whole chunk: 1 MiB of one
+ * at the same alignment. The state bytes past its slots read as those of slots not yet
+ * handed out, and nothing reads through such an address. */
+#define CHUNK_SHORT ((size_t)1 << 20)
+_Static_assert(CHUNK_SHORT >= CHUNK_HEADER + 64 * SLOT_STRIDE, "a short chunk holds 64 heaps");
+
 static uint8_t *chunk;      /* the chunk slots are carved from; its state bytes first */
 static size_t chunk_next;   /* its next fresh slot */
+static size_t chunk_slots;  /* its slots: CHUNK_SLOTS, fewer in a short one */
+
+static uint8_t *chunk_map(size_t *slots) {
+  *slots = CHUNK_SLOTS;
+  uint8_t *c = os_map_aligned(REGION_SIZE, REGION_SIZE);
+  if (c != NULL || !os_address_space_limited()) return c;
+  c = os_map_aligned_part(CHUNK_SHORT, REGION_SIZE);
+  if (c == NULL) return NULL;
+  *slots = (CHUNK_SHORT - CHUNK_HEADER) / SLOT_STRIDE;
+  atomic_fetch_add_explicit(&hak_gstats.short_mappings, 1, memory_order_relaxed);
+  return c;
+}
 
 static uint8_t *slot_state_byte(const void *p) {
   uintptr_t a = (uintptr_t)p, base = a & ~(uintptr_t)REGION_MASK;
@@ -32,14 +50,16 @@ static uint8_t *slot_state_byte(const void *p) {
 }
 
 hak_heap_t *heap_slot_new(void) {
-  if (chunk == NULL || chunk_next == CHUNK_SLOTS) {
-    uint8_t *c = os_map_aligned(REGION_SIZE, REGION_SIZE);
+  if (chunk == NULL || chunk_next == chunk_slots) {
+    size_t slots;
+    uint8_t *c = chunk_map(&slots);
     if (c == NULL) return NULL;
     pthread_mutex_lock(&region_lock);
     region_map[(uintptr_t)c >> REGION_SHIFT] = MAP_HEAPS;
     pthread_mutex_unlock(&region_lock);
     chunk = c;
     chunk_next = 0;
+    chunk_slots = slots;
   }
   hak_heap_t *h = (hak_heap_t *)(chunk + CHUNK_HEADER + chunk_next++ * SLOT_STRIDE);
   pthread_mutex_init(&h->lock, NULL);

@@ -104,30 +104,37 @@ static span_place_t find_place(size_t n) {
   }
   return best;
 }
-
-static hak_region_t *region_create(void) {
-  hak_region_t *r = os_map_aligned(REGION_SIZE, REGION_SIZE);
+static bool region_is_empty(const hak_region_t *r) { return r->free_units == r->span_units; }
+/* 64 MiB, or under an address-space limit (ulimit -v) leaving no room for that and its
+ * over-mapping, the largest power of two holding the header and `units` at that alignment. */
+static hak_region_t *region_map_new(size_t units, size_t *mapped) {
+  hak_region_t *r = os_map_aligned(*mapped = REGION_SIZE, REGION_SIZE);
+  for (*mapped /= 2; r == NULL && os_address_space_limited() &&
+       *mapped >= (REGION_HEADER_UNITS + HAKMEM_SECURE + units) * UNIT_SIZE; *mapped /= 2)
+    if ((r = os_map_aligned_part(*mapped, REGION_SIZE)) != NULL)
+      return atomic_fetch_add_explicit(&hak_gstats.short_mappings, 1, memory_order_relaxed), r;
+  return *mapped = REGION_SIZE, r;
+}
+static hak_region_t *region_create(size_t units) {
+  size_t mapped;
+  hak_region_t *r = region_map_new(units, &mapped);
   if (r == NULL) return NULL;
   slab_map_init();
   if (!slab_map_add_region(r)) {
-    os_unmap(r, REGION_SIZE);
+    os_unmap(r, mapped);
     return NULL;
   }
-  /* Faults get small pages, whatever the system's THP mode: a range becomes a huge page
-   * only once it is dense, collapsed by the purge thread (thp.c). Under THP `madvise` a
-   * region without advice faults small pages and khugepaged leaves it alone; the advice
-   * would only cost a split of the mapping at each collapse (os_collapse). */
-  if (!hak_opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, REGION_SIZE, false);
+  /* Faults get small pages whatever the THP mode: a dense range is collapsed (thp.c);
+   * under THP `madvise` advice would only split the mapping at each collapse. */
+  if (!hak_opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, mapped, false);
   r->magic = REGION_MAGIC;
-  r->free_units = REGION_MAX_SPAN_UNITS; /* the rest reads as zero: a fresh mapping */
-  for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
-  r->free_bits[0] &= ~(((uint64_t)1 << REGION_HEADER_UNITS) - 1); /* the header */
+  r->mapped_units = (uint32_t)(mapped / UNIT_SIZE); /* less the header and hardened guard: */
+  r->span_units = r->mapped_units - REGION_HEADER_UNITS - HAKMEM_SECURE;
+  r->free_units = r->span_units; /* the rest reads as zero */
+  bits_set_range(r->free_bits, REGION_HEADER_UNITS, r->span_units, true);
   r->range_used[0] = REGION_HEADER_UNITS;
-  if (HAKMEM_SECURE) { /* the last unit guards the next region */
-    r->free_bits[UNITS_PER_REGION / 64 - 1] &= ~((uint64_t)1 << 63);
-    r->range_used[RANGES_PER_REGION - 1] = 1;
-    secure_guard_region(r);
-  }
+  if (HAKMEM_SECURE) r->range_used[(r->mapped_units - 1) / RANGE_UNITS]++; /* the guard */
+  if (HAKMEM_SECURE) secure_guard_region(r);
   for (size_t u = 0; u < UNITS_PER_REGION; u++) r->unit_map[u] = &region_free_unit_slab;
   r->next = regions;
   r->prev = NULL;
@@ -135,7 +142,7 @@ static hak_region_t *region_create(void) {
   regions = r;
   empty_regions++;
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_REGION;
-  atomic_fetch_add_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hak_gstats.region_bytes, mapped, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.committed_est, 2 * os_page_size(), memory_order_relaxed);
   return r;
 }
@@ -156,12 +163,13 @@ static void region_detach(hak_region_t *r) {
     atomic_fetch_add_explicit(&hak_gstats.thp_returned_whole, n, memory_order_relaxed);
   }
   slab_map_remove_region(r);
-  atomic_fetch_sub_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&hak_gstats.region_bytes, (size_t)r->mapped_units * UNIT_SIZE,
+                            memory_order_relaxed);
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
   atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
 }
 
-void region_unmap_detached(hak_region_t *r) { os_unmap(r, REGION_SIZE); }
+void region_unmap_detached(hak_region_t *r) { os_unmap(r, (size_t)r->mapped_units * UNIT_SIZE); }
 
 static void region_destroy(hak_region_t *r) {
   region_detach(r);
@@ -171,7 +179,7 @@ static void region_destroy(hak_region_t *r) {
 /* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
  * free pages; before that it is kept, like any free memory, for reuse. */
 bool region_release_if_spare(hak_region_t *r) {
-  if (r->free_units != REGION_MAX_SPAN_UNITS || r->dirty_free_units != 0 || r->pins != 0 ||
+  if (!region_is_empty(r) || r->dirty_free_units != 0 || r->pins != 0 ||
       empty_regions <= (size_t)hak_opt.region_cache)
     return false;
   region_destroy(r);
@@ -194,11 +202,11 @@ hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
   hak_region_t *r = place.region;
   size_t first = place.first;
   if (r == NULL) {
-    r = region_create();
+    r = region_create(units);
     if (r == NULL) return NULL;
     first = REGION_HEADER_UNITS;
   }
-  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
+  if (region_is_empty(r)) empty_regions--;
   size_t touched = 0;
   for (size_t u = first; u < first + units; u++) {
     if (bit_get(r->dirty_bits, u)) {
@@ -259,7 +267,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   r->dirty_free_units += (uint32_t)dirty;
   region_dirty_units += dirty;
   region_used_units -= units;
-  if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+  if (region_is_empty(r)) empty_regions++;
   if (hak_opt.purge_delay_ms == 0 && dirty > 0)
     for (size_t u = first + first_dirty, run; u < first + units; u += run + 1) {
       for (run = 0; u + run < first + units && bit_get(r->dirty_bits, u + run);) run++;
@@ -314,7 +322,7 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
     hak_region_t *next = r->next;
     /* An empty region that is not kept goes at once when its pages are due: munmap
      * frees them, a purge first would only walk them twice. */
-    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    bool empty = region_is_empty(r);
     if (empty && r->pins == 0 &&
         (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
                              region_all_due(r, now_ms, delay_ms)))) {
@@ -350,7 +358,7 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
   hak_region_t *r = regions;
   while (r != NULL) {
     hak_region_t *next = r->next;
-    bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
+    bool empty = region_is_empty(r);
     if (empty && r->pins == 0 && empty_regions > (size_t)hak_opt.region_cache &&
         region_all_due(r, now_ms, delay_ms)) {
       if (g == max) {
@@ -374,7 +382,7 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
       }
       taken += run;
       ranges_purged(r, u, run);
-      if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
+      if (region_is_empty(r)) empty_regions--;
       bits_set_range(r->free_bits, u, run, false);
       r->free_units -= (uint32_t)run;
       runs[n++] = (region_run_t){r, (uint32_t)u, (uint32_t)run};
@@ -395,7 +403,7 @@ void region_return_purged(const region_run_t *runs, size_t n) {
     region_dirty_units -= units;
     bits_set_range(r->free_bits, from, units, true);
     r->free_units += (uint32_t)units;
-    if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
+    if (region_is_empty(r)) empty_regions++;
     atomic_fetch_sub_explicit(&hak_gstats.committed_est, units * UNIT_SIZE, memory_order_relaxed);
     atomic_fetch_add_explicit(&hak_gstats.purged_bytes, units * UNIT_SIZE, memory_order_relaxed);
   }

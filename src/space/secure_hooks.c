@@ -40,8 +40,8 @@ void secure_protect(uintptr_t a, size_t len, bool accessible) {
   if (!os_protect((void *)a, len, accessible)) hak_fatal("mprotect failed for a guard page");
 }
 
-void secure_guard_region(void *region) {
-  secure_protect((uintptr_t)region + REGION_SIZE - UNIT_SIZE, UNIT_SIZE, false);
+void secure_guard_region(hak_region_t *r) {
+  secure_protect((uintptr_t)r + ((size_t)r->mapped_units - 1) * UNIT_SIZE, UNIT_SIZE, false);
 }
 
 #endif /* HAKMEM_SECURE */

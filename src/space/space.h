@@ -83,6 +83,10 @@ typedef struct hak_region {
   struct hak_region *next, *prev; /* all regions */
   uint32_t free_units;            /* units past the header not in any span */
   uint32_t dirty_free_units;      /* free units that may still hold committed pages */
+  /* Units mapped, and of them the ones spans may take: all but the header (and the
+   * guard). Fewer than UNITS_PER_REGION where an address-space limit left no room for
+   * a whole region (region_map_new): the units past them are never free. */
+  uint32_t mapped_units, span_units;
   /* Its 2 MiB ranges (bit g: units 32 g .. 32 g + 31): collapsed into a huge page and not
    * purged in part since; left MADV_HUGEPAGE for khugepaged (a kernel without
    * MADV_COLLAPSE); advised ones purged since, to be advised MADV_NOHUGEPAGE again. */
@@ -159,7 +163,7 @@ hak_inline void block_set_next(hak_block_t *b, hak_block_t *next) {
   else b->next = (hak_block_t *)((uintptr_t)next ^ hak_list_key ^ (uintptr_t)b);
 }
 void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
-void secure_guard_region(void *region);
+void secure_guard_region(hak_region_t *r);
 void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
 #include "range.h" /* 2 MiB ranges, huge pages: range.c, the regions' candidates */

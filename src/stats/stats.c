@@ -8,6 +8,7 @@
 #include <malloc.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* How many slab descriptors the walk reads per hold of a heap's lock, at most (plus the
@@ -120,8 +121,45 @@ struct mallinfo2 hak_mallinfo2(void) {
 }
 #endif
 
-/* The descriptor stderr's report goes to: fd 2, or at exit options_report_fd's. */
-static int report_fd = 2;
+#define WHOLE_REPORT_FIRST (64u << 10)
+
+void whole_report_open(whole_report_t *r, int fd) {
+  r->fd = fd;
+  r->len = 0;
+  r->cap = WHOLE_REPORT_FIRST;
+  r->at = mmap(NULL, r->cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r->at == MAP_FAILED) r->at = NULL;
+}
+
+void whole_report_put(whole_report_t *r, const char *text, size_t n) {
+  if (r->at != NULL && r->len + n > r->cap) {
+    void *grown = mremap(r->at, r->cap, 2 * (r->len + n), MREMAP_MAYMOVE);
+    if (grown != MAP_FAILED) {
+      r->at = grown;
+      r->cap = 2 * (r->len + n);
+    } else { /* no memory for the rest: what is gathered goes now, the rest as it comes */
+      hak_write_fd(r->fd, r->at, r->len);
+      munmap(r->at, r->cap);
+      r->at = NULL;
+    }
+  }
+  if (r->at == NULL) {
+    hak_write_fd(r->fd, text, n);
+    return;
+  }
+  memcpy(r->at + r->len, text, n);
+  r->len += n;
+}
+
+void whole_report_close(whole_report_t *r) {
+  if (r->at == NULL) return;
+  hak_write_fd(r->fd, r->at, r->len);
+  munmap(r->at, r->cap);
+  r->at = NULL;
+}
+
+/* Where stderr's report goes: fd 2, or at exit the whole report for options_report_fd. */
+static whole_report_t *report_whole;
 
 /* printf into a stack buffer and write(2): no stdio buffers, no allocation. */
 static void out(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -133,8 +171,10 @@ static void out(FILE *f, const char *fmt, ...) {
   va_end(ap);
   if (n <= 0) return;
   if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-  if (f == stderr) {
-    hak_write_fd(report_fd, buf, (size_t)n);
+  if (f == stderr && report_whole != NULL) {
+    whole_report_put(report_whole, buf, (size_t)n);
+  } else if (f == stderr) {
+    hak_write_fd(2, buf, (size_t)n);
   } else {
     fwrite(buf, 1, (size_t)n, f);
   }
@@ -191,6 +231,10 @@ void stats_print(FILE *f) {
   bool map_reserved = __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
   out(f, "  slab map: %s\n", map_reserved ? "reserved (free's fast path)"
                                         : "not reserved (every free asks the region header)");
+  uint64_t short_maps = atomic_load(&hak_gstats.short_mappings);
+  if (short_maps != 0)
+    out(f, "  address space: %llu regions or heap chunks mapped short of 64 MiB (an address-space "
+        "limit, ulimit -v)\n", (unsigned long long)short_maps);
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
       "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s\n",
       __atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED),
@@ -214,9 +258,12 @@ void stats_print_at_exit(void) {
   bool own_file;
   int fd = options_report_fd(&own_file);
   if (fd < 0) return;
-  report_fd = fd;
+  whole_report_t whole;
+  whole_report_open(&whole, fd);
+  report_whole = &whole;
   stats_print(stderr);
-  report_fd = 2;
+  report_whole = NULL;
+  whole_report_close(&whole);
   options_report_done(fd);
 }
 

@@ -15,6 +15,17 @@ typedef struct stats_walk {
 void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end);
 void stats_print(FILE *out);
 void stats_print_at_exit(void); /* HAKMEM_STATS=1 */
+/* A report at exit is gathered whole and written with one write(2): processes sharing a
+ * file (a launcher's children) then each append one whole report, never pieces of several.
+ * Mapped, not malloc'd: the report must not change the figures it reports. */
+typedef struct whole_report {
+  char *at;
+  size_t len, cap;
+  int fd;
+} whole_report_t;
+void whole_report_open(whole_report_t *r, int fd);
+void whole_report_put(whole_report_t *r, const char *text, size_t n);
+void whole_report_close(whole_report_t *r); /* writes it all, unmaps */
 #ifdef __GLIBC__
 struct mallinfo2 hak_mallinfo2(void);
 #endif

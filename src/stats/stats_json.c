@@ -18,6 +18,7 @@ typedef struct sink {
   FILE *file;
   int fd;        /* or to this descriptor, if >= 0 */
   bool compact;  /* one line (JSON Lines), not the indented form */
+  whole_report_t *whole; /* or gathered here, for fd */
   char *mem;     /* or into here, up to cap bytes with the NUL */
   size_t cap;
   size_t total;  /* bytes of the report so far */
@@ -27,7 +28,8 @@ typedef struct sink {
 
 static void sink_flush(sink_t *s) {
   if (s->held == 0) return;
-  if (s->fd >= 0) hak_write_fd(s->fd, s->buf, s->held);
+  if (s->whole != NULL) whole_report_put(s->whole, s->buf, s->held);
+  else if (s->fd >= 0) hak_write_fd(s->fd, s->buf, s->held);
   else if (s->file != NULL) fwrite(s->buf, 1, s->held, s->file);
   s->held = 0;
 }
@@ -210,7 +212,10 @@ __attribute__((destructor)) static void ctl_report_at_exit(void) {
   bool own_file;
   int fd = options_report_fd(&own_file);
   if (fd < 0) return;
-  sink_t s = {.fd = fd, .compact = !own_file};
+  whole_report_t whole;
+  whole_report_open(&whole, fd);
+  sink_t s = {.fd = fd, .compact = !own_file, .whole = &whole};
   json_report(&s);
+  whole_report_close(&whole);
   options_report_done(fd);
 }
