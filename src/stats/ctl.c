@@ -27,7 +27,9 @@ enum figure {
   F_OPT_PURGE_DELAY, F_OPT_REGION_CACHE, F_OPT_THP, F_OPT_STATS, F_OPT_BACKGROUND,
   F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND,
   F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
-  F_OS_UNMAP_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
+  F_OS_UNMAP_REFUSED, F_OS_RSS_ANON,
+  F_LIMIT_SOFT, F_LIMIT_HARD, F_LIMIT_CGROUP, F_LIMIT_COMMITTED, F_LIMIT_GIVE_BACKS, F_LIMIT_REFUSED,
+  F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
 };
 
 /* Which classes a figure needs walked. */
@@ -186,6 +188,23 @@ static const ctl_entry_t table[] = {
     {{"os.unmap_refused_bytes", "bytes",
       "bytes the kernel refused to unmap (ENOMEM at vm.max_map_count): left mapped, their "
       "pages given back", U, X, RO}, F_OS_UNMAP_REFUSED, W_NONE},
+    {{"os.rss_anon", "bytes", "resident anonymous memory of the process as the kernel counts it "
+      "(RssAnon): the heap's resident pages, as memory.max counts them, and the program's other "
+      "anonymous memory", U, A, RO}, F_OS_RSS_ANON, W_NONE},
+    {{"limit.soft", "bytes", "HAKMEM_LIMIT_SOFT in force, 0 none: past it, free memory goes back "
+      "before more is committed; takes 0 or 2^20 .. 2^50", U, X, RW}, F_LIMIT_SOFT, W_NONE},
+    {{"limit.hard", "bytes", "HAKMEM_LIMIT_HARD in force, 0 none: an allocation that would commit "
+      "memory past it fails with ENOMEM; takes 0 or 2^20 .. 2^50", U, X, RW}, F_LIMIT_HARD, W_NONE},
+    {{"limit.from_cgroup", "0/1", "1: limit.soft was set just below the cgroup v2 memory.max "
+      "(HAKMEM_LIMIT_FROM_CGROUP); takes 1: set it now (reads 0 where no memory.max bounds the "
+      "process), 0", U, X, RW}, F_LIMIT_CGROUP, W_NONE},
+    {{"limit.committed", "bytes", "what the limits compare, counted as the kernel counts resident "
+      "pages: region memory that may be resident and the pages of live huge blocks up to their "
+      "size (total.committed counts huge mappings whole)", U, A, RO}, F_LIMIT_COMMITTED, W_NONE},
+    {{"limit.give_backs", "purges", "purges of all free memory that a limit forced",
+      U, X, RO}, F_LIMIT_GIVE_BACKS, W_NONE},
+    {{"limit.refused", "allocations", "allocations refused (ENOMEM) at the hard limit",
+      U, X, RO}, F_LIMIT_REFUSED, W_NONE},
     {{"debug.faults", "calls",
       "OS calls failed on purpose (HAKMEM_FAULT, Debug builds; 0 elsewhere); takes 0: no "
       "more failures, 1: HAKMEM_FAULT's call numbers counted from now", U, X, RW}, F_DEBUG_FAULTS, W_NONE},
@@ -349,6 +368,13 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_CHECKER_MEMCHECK: return hak_checker == CHECKER_MEMCHECK;
   case F_CHECKER_SANITIZER: return hak_checker == CHECKER_SANITIZER;
   case F_OS_UNMAP_REFUSED: return relaxed(&os_kept_bytes);
+  case F_OS_RSS_ANON: return os_rss_anon();
+  case F_LIMIT_SOFT: return (uint64_t)__atomic_load_n(&hak_opt.limit_soft, __ATOMIC_RELAXED);
+  case F_LIMIT_HARD: return (uint64_t)__atomic_load_n(&hak_opt.limit_hard, __ATOMIC_RELAXED);
+  case F_LIMIT_CGROUP: return __atomic_load_n(&hak_opt.limit_from_cgroup, __ATOMIC_RELAXED);
+  case F_LIMIT_COMMITTED: return limit_committed();
+  case F_LIMIT_GIVE_BACKS: return relaxed(&limit_give_backs);
+  case F_LIMIT_REFUSED: return relaxed(&limit_refused);
   case F_DEBUG_FAULTS: return os_fault_count(true);
   case F_DEBUG_FAULT_CALLS: return os_fault_count(false);
   }
@@ -450,6 +476,18 @@ hak_export int hak_ctl_set(const char *name, const void *in, size_t len) {
     if (u != 0) options_keep_stderr(); /* where the report at exit goes */
     __atomic_store_n(&hak_opt.stats, u == 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hak_opt.stats_json, u == 2, __ATOMIC_RELAXED);
+    return 0;
+  case F_LIMIT_SOFT:
+  case F_LIMIT_HARD:
+  case F_LIMIT_CGROUP:
+    if (e->figure == F_LIMIT_CGROUP ? u > 1 : !limit_value_ok(u)) return -EINVAL;
+    if (e->figure == F_LIMIT_CGROUP)
+      __atomic_store_n(&hak_opt.limit_from_cgroup, u == 1 && limit_from_cgroup(), __ATOMIC_RELAXED);
+    else
+      __atomic_store_n(e->figure == F_LIMIT_SOFT ? &hak_opt.limit_soft : &hak_opt.limit_hard, (long)u, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&region_lock); /* a limit below what is committed: give back now */
+    limit_admit(0);
+    pthread_mutex_unlock(&region_lock);
     return 0;
   case F_DEBUG_FAULTS:
     if (u > 1) return -EINVAL;
