@@ -27,9 +27,10 @@ CLASSES = [
     ("write after free", r"^(uaf|write_after_free)_"),
     ("`malloc(0)`", r"^zero_"),
     ("reuse by the next malloc", r"^reuse_"),
-    ("data left after free", r"^(zeroed_after_free|fresh_blocks)_"),
+    ("data left after free", r"^(zeroed_after_free|fresh_blocks|freed)_"),
+    ("a write at every offset near a block (each in its own process)", r"^every_offset_"),
 ]
-TABLE_ORDER = [0, 1, 3, 2, 4, 5, 6, 7]
+TABLE_ORDER = [0, 1, 3, 8, 2, 4, 5, 6, 7]
 
 
 def matrix(program, preload):

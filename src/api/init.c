@@ -72,6 +72,7 @@ void hak_process_init(void) {
   size_class_init();
   hak_cookie = random_word();
   hak_list_key = random_word();
+  hak_tag_key = random_word();
   if (HAKMEM_SECURE) secure_init();
   /* Both calls may allocate; they find the core ready and this thread's heap made. */
   if (pthread_key_create(&hak_thread_key, thread_exit) == 0) hak_key_ready = true;

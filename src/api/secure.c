@@ -6,10 +6,14 @@
  * A hardened small block of class size S holding n bytes (n <= S - SECURE_TAIL):
  *   live: [0, n) data | [n, n+8) canary word | [n+8, S-8) zero | [S-8, S) size word
  *   free: [0, 8) link or 0 | [8, 16) free tag | [16, S-8) zero | [S-8, S) size word
- * The size word is n ^ key ^ address. free() checks the canary word and size word
- * (overflow) and the block below (underflow), zeroes [0, n+8) and parks the block in a
- * per-thread quarantine, which it leaves when seen still zero (else: write after free).
- * So malloc writes two words, and hands out zero memory. Large blocks: large.c, guard.c. */
+ * The size word is n ^ key ^ address. free() checks the canary word, the zero bytes and
+ * the size word (overflow) and the block below (underflow), zeroes [0, n+8) and parks
+ * the block in a per-thread quarantine, which it leaves when seen still zero (else:
+ * write after free). So malloc writes two words, and hands out zero memory. Carving
+ * zeroes what an earlier use of the span wrote, so a block never handed out is zero
+ * but for its link and tag too. While a free zeroes a block or a realloc moves its
+ * canary word, its size word carries SIZE_BUSY, and the check of the block below (which
+ * another thread may be running) leaves it unjudged. Large blocks: large.c, guard.c. */
 #include "api/api.h"
 
 #include <errno.h>
@@ -54,6 +58,12 @@ static inline uint64_t load64(uintptr_t a) {
   return v;
 }
 static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
+
+/* In a size word while a free or resize changes its block: not judged by the check of
+ * the block below (another thread's). */
+#define SIZE_BUSY ((size_t)1 << 40)
+/* A busy size word: SIZE_BUSY over a sane size (a corrupted word is almost never). */
+static inline bool size_busy(size_t n, size_t S) { return (n & SIZE_BUSY) && (n & ~SIZE_BUSY) <= S - SECURE_TAIL; }
 
 /* The canary word as read from address a: byte i is the canary byte of a + i (the
  * word rotated by a mod 8 bytes, one of eight made at start-up). */
@@ -197,9 +207,12 @@ void *secure_arm(void *p, size_t n) {
 void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2) {
   uintptr_t a = (uintptr_t)p;
   if (n2 == n1) return p;
+  uintptr_t *w = secure_size_word(a, s->block_size);
+  secure_size_encode(w, n1 | SIZE_BUSY); /* the slack is about to change */
+  hak_compiler_barrier();
   store64(a + n2, canary_at(a + n2));
   hak_compiler_barrier();
-  secure_size_encode(secure_size_word(a, s->block_size), n2);
+  secure_size_encode(w, n2 | SIZE_BUSY);
   hak_compiler_barrier();
   if (n2 > n1) {
     if (n2 > n1 + 8) memset((void *)(a + n1), 0, 8);
@@ -207,6 +220,8 @@ void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2) {
   } else {
     memset((void *)(a + n2 + 8), 0, n1 - n2);
   }
+  hak_compiler_barrier();
+  secure_size_encode(w, n2);
   return p;
 }
 
@@ -219,13 +234,38 @@ size_t secure_usable(void *p, hak_slab_t *s) {
 /* ---- the block below ----------------------------------------------------------- */
 /* Checked when a block at a of an owned slab s is allocated or freed: the block below
  * it must have a sane size word (block 0: the guard word before it) and, if live, its
- * canary word intact: an overrun of that block by one byte, or of ours below our start,
- * shows there. Only in our own slabs: no other thread arms their blocks. */
+ * canary word intact and every byte from there to its size word zero; if free or never
+ * handed out, the bytes of its zero part within 32 bytes of a zero. An overrun of that
+ * block, or of ours below our start, shows there. Only in our own slabs: no other
+ * thread arms their blocks. */
+
+/* Are the free block b's zero bytes in [a - 32, a - 8), above its link and tag (and
+ * purged mark, in blocks of two pages or more), zero? */
+static inline bool below_free_clean(uintptr_t a, uintptr_t b, size_t S) {
+  uintptr_t from = b + (S >= 8192 ? 24 : 16);
+  if (from < a - 32) from = a - 32;
+  uint64_t acc = 0;
+  for (uintptr_t p = from; p < a - 8; p += 8) acc |= *(const uint64_t *)p;
+  return acc == 0;
+}
+
+/* Only canary bytes in a live block's slack: a resize in flight is moving its canary. */
+static bool slack_is_canary(uintptr_t b, size_t n, size_t S) {
+  for (uintptr_t x = b + n + 8; x < b + S - 8; x++) {
+    uint8_t v = *(const uint8_t *)x;
+    if (v != 0 && v != (uint8_t)canary_at(x)) return false;
+  }
+  return true;
+}
+
 hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
   size_t S = s->block_size;
   const uintptr_t *w = (const uintptr_t *)(a - 8);
-  if (a == s->start) {
-    if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)a);
+  if (a == s->start) { /* the guard word, and the gap's bytes near us zero */
+    uintptr_t from = a - 32 > slab_base(s) ? a - 32 : slab_base(s);
+    uint64_t acc = 0;
+    for (uintptr_t p = from; p < a - 8; p += 8) acc |= *(const uint64_t *)p;
+    if (secure_size_decode(w) > S - SECURE_TAIL || acc != 0) hak_fatal_at("heap overflow detected", (void *)a);
     return;
   }
   uintptr_t b = a - S;
@@ -234,40 +274,51 @@ hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
 #if defined(__SANITIZE_THREAD__)
   /* The rest reads bytes that another thread may be writing, by design (and validates
    * what it read after): ThreadSanitizer builds check the size word only. */
-  if (secure_size_decode(w) > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  size_t t = secure_size_decode(w);
+  if (t > S - SECURE_TAIL && !size_busy(t, S)) hak_fatal_at("heap overflow detected", (void *)b);
   return;
 #endif
-  /* Its tag before its size word and canary word: a thread freeing it sets the tag
-   * before it clears the canary word, and a resize writes the new canary word before
-   * the size word (x86 keeps the order of stores, and of loads). */
+  /* Its tag before its size word and canary word: a thread freeing it marks the size
+   * word busy, then sets the tag, then zeroes; a resize marks it busy before it writes
+   * the new canary word (x86 keeps the order of stores, and of loads). */
   bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
   hak_compiler_barrier();
   size_t n = secure_size_decode(w);
+  if (size_busy(n, S)) return; /* being freed or resized: not judged */
   if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
-  if (is_free || n == 0) return; /* free: the quarantine checks it; 0: never armed */
-  if (hak_likely(load64(b + n) == canary_at(b + n))) return;
+  /* Never handed out, or released unjudged: its tag is the free tag or 0. */
+  bool unused = n == 0 && ((const hak_block_t *)b)->free_tag == 0;
+  bool clean = is_free || unused ? below_free_clean(a, b, S)
+                                 : n != 0 && load64(b + n) == canary_at(b + n) && slack_clean(b, n, S);
+  if (hak_likely(clean)) return;
   /* Not what it should be, or another thread changed the block since we read its tag and
-   * size word: its free set the tag and then zeroed the canary word, or its realloc
-   * moved it. Both are read again after the canary word: a block that has since become
-   * free or changed size is not judged. */
+   * size word: its free or its realloc has begun. Both are read again after the bytes:
+   * a block that has since become free, busy or another size is not judged, nor one
+   * whose slack holds the canary word of a resize about to name it. */
   hak_compiler_barrier();
-  bool now_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
-  if (now_free || secure_size_decode(w) != n) return;
+  if ((__atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s)) != is_free ||
+      secure_size_decode(w) != n)
+    return;
+  if (!is_free && n != 0 && load64(b + n) == canary_at(b + n) && slack_is_canary(b, n, S)) return;
   hak_fatal_at("heap overflow detected", (void *)b);
 }
 
-/* The common cases inline, for a block below other than block 0: never handed out (size
- * word 0), live with its canary word intact, or free. Anything else, check_below_full
- * judges. */
+/* The common cases inline, for a block below other than block 0: free or never handed
+ * out (size word 0, tag 0 or the free tag) with its zero bytes near us zero, or live with its canary word intact
+ * and its slack zero. Anything else, check_below_full judges. */
 static inline void check_below(uintptr_t a, const hak_slab_t *s) {
 #if !defined(__SANITIZE_THREAD__)
   size_t S = s->block_size;
   uintptr_t b = a - S;
   size_t n = secure_size_decode((const uintptr_t *)(a - 8));
-  if (hak_likely(b > s->start) &&
-      (n == 0 || (n <= S - SECURE_TAIL && (load64(b + n) == canary_at(b + n) ||
-                                           ((const hak_block_t *)b)->free_tag == block_free_tag(s)))))
-    return;
+  if (hak_likely(b > s->start)) {
+    uintptr_t tag = ((const hak_block_t *)b)->free_tag;
+    if (tag == block_free_tag(s) || (n == 0 && tag == 0)) {
+      if (n <= S - SECURE_TAIL && below_free_clean(a, b, S)) return;
+    } else if (n != 0 && n <= S - SECURE_TAIL && load64(b + n) == canary_at(b + n) && slack_clean(b, n, S)) {
+      return;
+    }
+  }
 #endif
   check_below_full(a, s);
 }
@@ -323,6 +374,8 @@ void secure_quarantine_flush(hak_heap_t *h, bool check) {
       hak_slab_t *qs = region_slab_of((uintptr_t)q);
       h->quarantine_bytes -= qs->block_size;
       if (user != NULL && heap_user_block_release(q, qs, h, user)) continue;
+      /* Zero but for the link, tag and size word, as a block never handed out is. */
+      memset((char *)q + 16, 0, qs->block_size - 24);
       release_unchecked(q, qs);
     }
   }
@@ -364,12 +417,18 @@ void secure_free(void *p) {
   if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n) || !slack_clean(a, n, S))
     hak_fatal_at("heap overflow detected", p);
   if ((owner & ~SLAB_FULL) == (uintptr_t)h) check_below(a, s);
-  /* The tag first, then the zeros over the canary word (check_below_full's order). */
+  /* Busy, the tag, the zeros over the data and canary word, and n again: the block
+   * above may be checking this one meanwhile (check_below_full's order). */
+  uintptr_t *w = secure_size_word(a, S);
+  secure_size_encode(w, n | SIZE_BUSY);
+  hak_compiler_barrier();
   __atomic_store_n(&b->free_tag, tag, __ATOMIC_RELAXED); /* check_below_full reads it */
   hak_compiler_barrier();
   store64(a, 0);
   size_t z = (n + 15) & ~(size_t)7; /* n + 8 up to a word: [n + 8, S - 8) is zero already */
   if (z > 16) zero_range(a, 16, z);
+  hak_compiler_barrier();
+  secure_size_encode(w, n);
   if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
     release_unchecked(p, s);
     return;

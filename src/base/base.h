@@ -9,8 +9,8 @@
  *   slab    a span carved into blocks of one size class. Small/mid blocks live here.
  *           A large block is a slab holding exactly one block.
  *   block   what malloc returns. A free block's first word links the free list, its
- *           second word holds the "free tag" (its slab descriptor's address) that makes
- *           double frees visible in one compare.
+ *           second word holds the "free tag" (its slab descriptor's address; hardened:
+ *           xor a per-process key) that makes double frees visible in one compare.
  *   class   a block size. Tiny classes cover <= 1 KiB, mid classes <= 128 KiB.
  *   heap    one thread's allocation state: per-class queues of the slabs it owns.
  *           Only the owning thread touches a slab's non-atomic fields; other threads
@@ -100,6 +100,12 @@
 /* Units 0..2 hold the header; the hardened build keeps the last unit as a guard. */
 #define REGION_HEADER_UNITS 3
 #define REGION_MAX_SPAN_UNITS (UNITS_PER_REGION - REGION_HEADER_UNITS - HAKMEM_SECURE)
+/* A region is 32 ranges of 2 MiB, each the size and alignment of an x86-64 huge page:
+ * the grain in which the purge thread turns dense memory into huge pages (space/thp.c). */
+#define HUGE_PAGE_SHIFT 21
+#define HUGE_PAGE_SIZE ((size_t)1 << HUGE_PAGE_SHIFT)
+#define RANGE_UNITS (HUGE_PAGE_SIZE / UNIT_SIZE)          /* 32 */
+#define RANGES_PER_REGION (UNITS_PER_REGION / RANGE_UNITS) /* 32 */
 
 /* The region map covers the 47-bit user address space, one byte per region. */
 #define ADDRESS_BITS 47
@@ -209,6 +215,18 @@ void *os_map_block(size_t size, size_t align, size_t offset);
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size); /* give pages back (or clear them); they read as zero */
 void os_set_huge_pages(void *p, size_t size, bool enable);
+/* Huge pages (space/thp.c's, on the purge thread only). os_thp_allowed: the system lets
+ * this process have them (THP not `never`, no PR_SET_THP_DISABLE). os_resident_pages: of
+ * [p, p + size), by mincore. os_collapse: makes a 2 MiB range, advised MADV_NOHUGEPAGE,
+ * one huge page (MADV_COLLAPSE, the advice lifted for the call), with `fail`: as a
+ * kernel without MADV_COLLAPSE (the test switch). On EINVAL (no MADV_COLLAPSE) the
+ * range is left MADV_HUGEPAGE, for khugepaged. */
+typedef enum { OS_COLLAPSED, OS_COLLAPSE_ADVISED, OS_COLLAPSE_FAILED } os_collapse_t;
+typedef enum { OS_THP_NEVER, OS_THP_MADVISE, OS_THP_ALWAYS } os_thp_mode_t;
+os_thp_mode_t os_thp_mode(void); /* /sys/kernel/mm/transparent_hugepage/enabled */
+bool os_thp_allowed(void);
+size_t os_resident_pages(void *p, size_t size);
+os_collapse_t os_collapse(void *p, size_t size, bool fail);
 /* Faults the pages in, writable, in one call (MADV_POPULATE_WRITE): the same pages, the
  * same minor faults as a program writing them, without a trap each. False if it failed
  * (a kernel without it: never asked again). */
@@ -239,7 +257,8 @@ extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 typedef struct hak_options {
   long purge_delay_ms;  /* HAKMEM_PURGE_DELAY_MS: 0 at once, -1 never */
   long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
-  bool thp;             /* HAKMEM_THP: allow transparent huge pages on regions */
+  bool thp;             /* HAKMEM_THP: dense 2 MiB ranges become huge pages (space/thp.c) */
+  bool thp_no_collapse; /* tests: MADV_COLLAPSE fails with EINVAL */
   bool stats;           /* HAKMEM_STATS: print a report at exit */
   bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
   bool background_fails; /* tests: creating it fails */
@@ -328,10 +347,16 @@ typedef struct hak_global_stats {
   _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
   _Atomic uint64_t purge_passes;      /* purge passes that ran (purge.c: timed and malloc_trim) */
   _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
+  /* Huge pages (space/range.c, space/thp.c): bytes of ranges collapsed and whole; ranges
+   * collapsed; failed collapses; ranges left to khugepaged; huge pages given back whole;
+   * huge pages broken by a purge of part of them. */
+  _Atomic size_t thp_huge_bytes;
+  _Atomic uint64_t thp_collapsed, thp_failed, thp_advised, thp_returned_whole, thp_broken;
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 extern uintptr_t hak_cookie;   /* random per process (init.c) */
 extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
+extern uintptr_t hak_tag_key;  /* hardened build: free tags are xor-encoded (block.h) */
 extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
 void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
 /* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */

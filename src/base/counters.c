@@ -13,6 +13,9 @@ int hak_checker = CHECKER_NONE;
  * blocks, and the hardened build's key for free-list links and size words. */
 uintptr_t hak_cookie = 0x9e3779b97f4a7c15ull;
 uintptr_t hak_list_key;
+/* Random per process, set once by init.c before any block is freed: the hardened
+ * build's key for free tags. */
+uintptr_t hak_tag_key;
 
 /* 0 not started, 1 running, 2 done: written by init.c, read by whoever must not run
  * before the process is set up (the report, malloc_trim). */

@@ -14,7 +14,7 @@
 hak_options_t hak_opt = {
     .purge_delay_ms = 100,
     .region_cache = 2,
-    .thp = false,
+    .thp = true,
     .stats = false,
     .background = true,
     .prof_rate = 512 * 1024,
@@ -41,7 +41,7 @@ static const char *option_value(const char *name) { return secure_getenv(name); 
 /* Every option: its name, what it takes (the words of its message and of its ctl name's
  * description) and where it goes. A number takes min .. max, and -1 too where
  * minus_one is set. */
-enum kind { K_NUMBER, K_BYTES, K_SWITCH, K_STATS, K_BACKGROUND, K_TEXT };
+enum kind { K_NUMBER, K_BYTES, K_SWITCH, K_STATS, K_BACKGROUND, K_THP, K_TEXT };
 typedef struct option {
   const char *name, *takes;
   uint8_t kind;
@@ -58,7 +58,7 @@ static const char *fault_option;
 static const option_t options[] = {
     {"HAKMEM_PURGE_DELAY_MS", "-1 or 0 .. 2^31-1", K_NUMBER, true, 0, INT32_MAX, &hak_opt.purge_delay_ms},
     {"HAKMEM_REGION_CACHE", "0 .. 2^20", K_NUMBER, false, 0, 1L << 20, &hak_opt.region_cache},
-    {"HAKMEM_THP", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.thp},
+    {"HAKMEM_THP", SWITCH_VALUES, K_THP, false, 0, 0, &hak_opt.thp},
     {"HAKMEM_STATS", "1/0, true/false, yes/no, on/off or json", K_STATS, false, 0, 0, &hak_opt.stats},
     {"HAKMEM_STATS_FILE", "a file name, %p for the pid", K_TEXT, false, 0, 0, &hak_opt.stats_file},
     {"HAKMEM_BACKGROUND", SWITCH_VALUES, K_BACKGROUND, false, 0, 0, &hak_opt.background},
@@ -131,6 +131,11 @@ static bool read_option(const option_t *o) {
       break;
     case K_BACKGROUND: /* `test-fail`: for the tests only, on but cannot be created */
       if (strcmp(v, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;
+      else ok = parse_switch(v, o->to);
+      break;
+    case K_THP: /* `test-no-collapse`: for the tests only, on, MADV_COLLAPSE failing with
+                 * EINVAL as on a kernel without it (read by the purge thread only) */
+      if (strcmp(v, "test-no-collapse") == 0) hak_opt.thp = hak_opt.thp_no_collapse = true;
       else ok = parse_switch(v, o->to);
       break;
     case K_TEXT: *(const char **)o->to = v; break;

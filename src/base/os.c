@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -258,6 +259,74 @@ void os_set_huge_pages(void *p, size_t size, bool enable) {
   int saved = errno;
   if (!fault_hit(OS_HUGEPAGE)) madvise(p, size, enable ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   errno = saved;
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+#ifndef PR_GET_THP_DISABLE
+#define PR_GET_THP_DISABLE 42
+#endif
+
+/* `never` in sysfs is read once (MADV_COLLAPSE would ignore it); the prctl, which a
+ * program may set at any time (Redis does, at start-up), at every call. */
+/* The system's THP mode, read once: never (or no THP in this kernel), madvise, always. */
+os_thp_mode_t os_thp_mode(void) {
+  static _Atomic int mode = -1;
+  int m = atomic_load_explicit(&mode, memory_order_relaxed);
+  if (m < 0) {
+    int saved = errno;
+    char buf[128] = "";
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    buf[got > 0 ? got : 0] = '\0';
+    m = strstr(buf, "[always]") ? OS_THP_ALWAYS : strstr(buf, "[madvise]") ? OS_THP_MADVISE : OS_THP_NEVER;
+    atomic_store_explicit(&mode, m, memory_order_relaxed);
+    errno = saved;
+  }
+  return (os_thp_mode_t)m;
+}
+
+bool os_thp_allowed(void) {
+  if (os_thp_mode() == OS_THP_NEVER) return false;
+  int saved = errno;
+  bool allowed = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0;
+  errno = saved;
+  return allowed;
+}
+
+size_t os_resident_pages(void *p, size_t size) {
+  unsigned char vec[HUGE_PAGE_SIZE / 4096];
+  size_t pages = size / os_page_size(), resident = 0;
+  if (pages > sizeof vec) pages = sizeof vec;
+  int saved = errno;
+  if (mincore(p, pages * os_page_size(), vec) == 0)
+    for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
+  errno = saved;
+  return resident;
+}
+
+os_collapse_t os_collapse(void *p, size_t size, bool fail) {
+  int saved = errno;
+  os_collapse_t how = OS_COLLAPSED;
+  /* A range without advice (THP `madvise`: regions are left so) is collapsed as it is.
+   * MADV_COLLAPSE refuses one advised MADV_NOHUGEPAGE (EINVAL, as a kernel without it
+   * does): the advice is then lifted for the call and put back after, so that later
+   * faults there stay small (no compaction on a fault) and the mapping's pieces merge
+   * again. Changing the advice splits the mapping, and every fault in it waits for that,
+   * which is why it is the second try. */
+  int rc = fail ? (errno = EINVAL, -1) : madvise(p, size, MADV_COLLAPSE);
+  if (rc != 0 && errno == EINVAL) {
+    madvise(p, size, MADV_HUGEPAGE);
+    rc = fail ? (errno = EINVAL, -1) : madvise(p, size, MADV_COLLAPSE);
+    if (rc != 0) how = errno == EINVAL ? OS_COLLAPSE_ADVISED : OS_COLLAPSE_FAILED;
+    if (how != OS_COLLAPSE_ADVISED) madvise(p, size, MADV_NOHUGEPAGE);
+  } else if (rc != 0) {
+    how = OS_COLLAPSE_FAILED;
+  }
+  errno = saved;
+  return how;
 }
 
 /* Grows a mapping where it is, or (to != NULL) moves its pages to `to`, a mapping of

@@ -1,18 +1,23 @@
 /* Large blocks (> 128 KiB, up to half a region: 32 MiB): a span of units holding one
  * block, taken from a region and freed back to it (a growing block of up to 2 units:
  * from and to the heap's span cache), resized in place where the neighbouring units
- * allow. Bigger blocks are huge.c's.
+ * allow. Bigger blocks are huge.c's. Its usable size is n, which also makes a sized
+ * free's size exact.
  *
- * A large block has 16 canary bytes right before it and right after its last requested
- * byte, which free checks (32 bytes compared on a large block's slow path; no system
- * call); its usable size is n, which also makes a sized free's size exact. The hardened
- * build also puts a guard page on either side (guard.c):
- *   [guard page | ... canary | block of n bytes | canary ... | guard page | rest of span]
- * so that a run off either end faults at once, guards the whole block when it is freed
- * (its pages are dropped: they read as zero, and a write after free faults) and holds it
- * in a quarantine of LARGE_QUARANTINE blocks, released in random order. The default build
- * puts no guard inside a region: a guard page costs two system calls per block, and the
- * kernel's guard markers hide a region from core dumps (docs/design.md). */
+ * Default build: 16 canary bytes right before the block and right after its last
+ * requested byte, which free checks (32 bytes compared on a large block's slow path; no
+ * system call). A run past them goes unseen; the default build puts no guard inside a
+ * region: a guard page costs two system calls per block, and the kernel's guard markers
+ * hide a region from core dumps (docs/design.md).
+ *
+ * Hardened build: the block ends flush against a guard page (guard.c), up to its
+ * 64-byte alignment, and a guard page sits below the head slack:
+ *   [guard page | head slack, < 1 page | block of n bytes | tail slack, < 64 | guard page | rest]
+ * Every byte of both slacks holds canary bytes that free checks, so a write at any
+ * offset before or after the block either faults at once (a guard page) or is reported
+ * at free (a slack byte). The whole block is guarded when it is freed (its pages are
+ * dropped: they read as zero, and a write after free faults) and held in a quarantine of
+ * LARGE_QUARANTINE blocks, released in random order. */
 
 #include "block/block.h"
 
@@ -20,8 +25,8 @@
 #include <string.h>
 
 #define LARGE_CLASS NUM_CLASSES /* class_idx of a large span */
-#define LARGE_CANARY 16         /* canary bytes on either side */
-#define LARGE_HEAD 64           /* block start past the head guard: keeps it 64-aligned */
+#define LARGE_CANARY 16         /* canary bytes on either side (default build) */
+#define LARGE_HEAD 64           /* the block's least alignment */
 #define LARGE_GUARD (HAKMEM_SECURE ? os_page_size() : 0) /* guard page bytes, each side */
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
@@ -42,8 +47,39 @@ static bool canary_intact(uintptr_t a) {
   return memcmp((const void *)a, w, LARGE_CANARY) == 0;
 }
 
-/* The guard page after a block of n bytes at p (hardened build). */
-static uintptr_t tail_guard(uintptr_t p, size_t n) { return round_up(p + n + LARGE_CANARY, os_page_size()); }
+/* The hardened build's slack: every byte in [from, to) holds the canary byte of its
+ * address, byte a % 16 of canary_words(a rounded down to 16). */
+static void slack_fill(uintptr_t from, uintptr_t to) {
+  for (uintptr_t c = from & ~(uintptr_t)15; c < to; c += 16) {
+    uint64_t w[2];
+    canary_words(c, w);
+    uintptr_t lo = c < from ? from : c, hi = c + 16 > to ? to : c + 16;
+    memcpy((void *)lo, (const char *)w + (lo - c), hi - lo);
+  }
+}
+static bool slack_intact(uintptr_t from, uintptr_t to) {
+  for (uintptr_t c = from & ~(uintptr_t)15; c < to; c += 16) {
+    uint64_t w[2];
+    canary_words(c, w);
+    uintptr_t lo = c < from ? from : c, hi = c + 16 > to ? to : c + 16;
+    if (memcmp((const void *)lo, (const char *)w + (lo - c), hi - lo) != 0) return false;
+  }
+  return true;
+}
+
+/* The guard page after a block of n bytes at p (hardened build): the block ends less
+ * than its alignment before it. */
+static uintptr_t tail_guard(uintptr_t p, size_t n) { return round_up(p + n, os_page_size()); }
+
+/* Where a block of n bytes aligned to `align` starts in the span at base: default build,
+ * LARGE_HEAD bytes past the span's start (its head canary below it); hardened, as late
+ * as lets it end before a page boundary, its tail guard. */
+static uintptr_t block_start(uintptr_t base, size_t n, size_t align) {
+  uintptr_t p = round_up(base + LARGE_GUARD + LARGE_HEAD, align);
+  if (!HAKMEM_SECURE) return p;
+  p = round_up(base + LARGE_GUARD, align);
+  return (round_up(p + n, os_page_size()) - n) & ~(uintptr_t)(align - 1);
+}
 
 /* Prefaulting. The pages of a large block that no earlier use left resident fault in
  * one at a time as the program writes them, a trap each; where the program writes its
@@ -81,18 +117,43 @@ static void prefault(uintptr_t base, size_t resident, uintptr_t p, size_t n, boo
     atomic_fetch_add_explicit(&hak_gstats.large_prefaulted, sentinel - from, memory_order_relaxed);
 }
 
-/* Units for n bytes aligned to `align`: head guard, canaries, tail guard. */
+/* Units for n bytes aligned to `align`: head canary or guard and slack, the block, tail
+ * canary or slack and guard. */
 static size_t units_for(size_t n, size_t align) {
-  size_t head = round_up(LARGE_GUARD + LARGE_HEAD, align);
-  return round_up(head + n + LARGE_CANARY + 2 * LARGE_GUARD, UNIT_SIZE) >> UNIT_SHIFT;
+  size_t head = HAKMEM_SECURE ? round_up(LARGE_GUARD, align) : round_up(LARGE_HEAD, align);
+  size_t tail = HAKMEM_SECURE ? 2 * LARGE_GUARD : LARGE_CANARY;
+  return round_up(head + n + tail, UNIT_SIZE) >> UNIT_SHIFT;
 }
 
-/* Arms the block's end: tail canary (and guard). */
+/* Arms the block's end: tail canary (hardened: slack and guard). */
 static void arm_tail(hak_slab_t *s, size_t n) {
   s->aux = n;
   s->block_size = (uint32_t)n;
-  canary_write(s->start + n);
-  if (HAKMEM_SECURE) guard_set(tail_guard(s->start, n), os_page_size(), true);
+  if (!HAKMEM_SECURE) {
+    canary_write(s->start + n);
+    return;
+  }
+  uintptr_t guard = tail_guard(s->start, n);
+  slack_fill(s->start + n, guard);
+  guard_set(guard, os_page_size(), true);
+}
+
+/* Arms the block's start: head canary (hardened: guard and slack). */
+static void arm_head(hak_slab_t *s) {
+  if (!HAKMEM_SECURE) {
+    canary_write(s->start - LARGE_CANARY);
+    return;
+  }
+  uintptr_t base = slab_base(s);
+  guard_set(base, LARGE_GUARD, true);
+  slack_fill(base + LARGE_GUARD, s->start);
+}
+
+/* Are the bytes on either side of the block as armed? */
+static bool ends_intact(const hak_slab_t *s) {
+  uintptr_t p = s->start;
+  if (!HAKMEM_SECURE) return canary_intact(p - LARGE_CANARY) && canary_intact(p + s->aux);
+  return slack_intact(slab_base(s) + LARGE_GUARD, p) && slack_intact(p + s->aux, tail_guard(p, s->aux));
 }
 
 void *large_alloc(size_t n, size_t align, unsigned flags) {
@@ -107,7 +168,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
     return p;
   }
   size_t units = units_for(n, align);
-  bool learn = !(flags & (LARGE_ZERO | LARGE_GROWING)) && !hak_opt.thp;
+  bool learn = !(flags & (LARGE_ZERO | LARGE_GROWING));
   if (learn) prefault_look();
   bool prefault_now = learn && prefault_on;
   /* A cached span up to a quarter bigger is as good as a new one; a growing block will
@@ -136,7 +197,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   }
   units = s->units;
   uintptr_t base = slab_base(s);
-  uintptr_t p = round_up(base + LARGE_GUARD + LARGE_HEAD, align);
+  uintptr_t p = block_start(base, n, align);
   __atomic_store_n(&s->class_idx, LARGE_CLASS, __ATOMIC_RELAXED); /* as slab_init */
   s->start = p;
   s->div_magic = 0;
@@ -149,8 +210,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   s->touched = (uint32_t)(units * UNIT_SIZE); /* the user may write all of it */
   __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED); /* a cached span's may be stale */
   if (zero && dirty > 0) memset((void *)p, 0, dirty < n ? dirty : n);
-  if (HAKMEM_SECURE) guard_set(base, LARGE_GUARD, true);
-  canary_write(p - LARGE_CANARY);
+  arm_head(s);
   arm_tail(s, n);
   if (user) heap_large_added(h, s, counted); /* its list's readers see it whole */
   __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
@@ -198,8 +258,7 @@ void large_free(hak_slab_t *s, void *p) {
   if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
     hak_fatal_pointer("double free", "free", p);
-  if (!canary_intact(a - LARGE_CANARY) || !canary_intact(a + s->aux))
-    hak_fatal_at("heap overflow detected", p);
+  if (!ends_intact(s)) hak_fatal_at("heap overflow detected", p);
   if (prefault_sentinel - a < s->aux) prefault_look(); /* this block's */
   heap_large_freed(s); /* if a user heap's */
   atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,

@@ -4,6 +4,8 @@
  * lazy carving so that untouched blocks never become resident. */
 #include "block/block.h"
 
+#include <string.h>
+
 _Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
   (void)s;
   hak_fatal_at("corrupted free list (write after free?) at", link);
@@ -98,6 +100,11 @@ bool slab_extend(hak_slab_t *s) {
   uint32_t end = (uint32_t)(first + (uintptr_t)n * s->block_size - slab_base(s));
   if (end > s->touched) s->touched = end;
   if (HAKMEM_SECURE) {
+    /* Blocks never handed out, and the gap before block 0, read as zero (the check of
+     * the block below relies on it): what an earlier use of the span wrote is cleared. */
+    uintptr_t stop = first + (uintptr_t)n * s->block_size;
+    uintptr_t from = first == s->start ? slab_base(s) : first; /* and the gap before block 0 */
+    if (written > from) memset((void *)from, 0, (written < stop ? written : stop) - from);
     secure_carve(s, first, n);
     for (uint32_t i = 0; i < n; i++) /* free, as the default build's carve below leaves them */
       ((hak_block_t *)(first + (uintptr_t)i * s->block_size))->free_tag = block_free_tag(s);

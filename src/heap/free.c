@@ -106,7 +106,7 @@ _Noreturn void report_not_live(void *p, const char *fn) {
   /* A freed block's tag names the descriptor of a slab that covered it: one of the
    * SLAB_MAX_UNITS descriptors up to its own unit's. (A freed large block is not read:
    * the hardened build guards it.) */
-  uintptr_t tag = (a & 15) == 0 && !was_large ? ((const hak_block_t *)a)->free_tag : 0;
+  uintptr_t tag = (a & 15) == 0 && !was_large ? ((const hak_block_t *)a)->free_tag ^ BLOCK_TAG_KEY : 0;
   uintptr_t lowest = (uintptr_t)&r->slabs[unit >= SLAB_MAX_UNITS ? unit - SLAB_MAX_UNITS + 1 : 0];
   bool tagged = tag >= lowest && tag <= (uintptr_t)d && (tag - lowest) % sizeof *d == 0;
   hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);

@@ -89,7 +89,10 @@ static size_t purge_thread_pass(uint64_t now) {
   heap_sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
   if (HAKMEM_SECURE) done += heap_dead_trim(now);
-  return done + purge_pass_background(now);
+  done += purge_pass_background(now);
+  /* After purging: a range emptied since is not worth a collapse. Collapses count as
+   * work done, so that a growing heap is collapsed at the pass rate. */
+  return done + thp_pass(now) * HUGE_PAGE_SIZE;
 }
 
 static void *purge_thread_main(void *arg) {

@@ -20,6 +20,8 @@
 
 #include "space/space.h"
 
+#include <errno.h>
+
 _Atomic uint64_t limit_refused, limit_give_backs;
 static _Atomic size_t pending; /* huge bytes admitted, not yet in huge_mapped */
 
@@ -97,4 +99,30 @@ bool limit_from_cgroup(void) {
   uint64_t now = load_limit(&hak_opt.limit_soft);
   if (now == 0 || soft < now) __atomic_store_n(&hak_opt.limit_soft, (long)soft, __ATOMIC_RELAXED);
   return true;
+}
+
+/* hak_ctl_set of limit.soft (0), limit.hard (1), limit.from_cgroup (2): 0 or -EINVAL. A
+ * limit below what is committed now gives back at once. */
+int limit_set(int which, uint64_t v) {
+  if (which == 2 ? v > 1 : !limit_value_ok(v)) return -EINVAL;
+  if (which == 2)
+    __atomic_store_n(&hak_opt.limit_from_cgroup, v == 1 && limit_from_cgroup(), __ATOMIC_RELAXED);
+  else
+    __atomic_store_n(which == 0 ? &hak_opt.limit_soft : &hak_opt.limit_hard, (long)v, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&region_lock);
+  limit_admit(0);
+  pthread_mutex_unlock(&region_lock);
+  return 0;
+}
+
+/* limit.soft, .hard, .from_cgroup, .committed, .give_backs, .refused, by index. */
+uint64_t limit_value(int which) {
+  switch (which) {
+  case 0: return load_limit(&hak_opt.limit_soft);
+  case 1: return load_limit(&hak_opt.limit_hard);
+  case 2: return __atomic_load_n(&hak_opt.limit_from_cgroup, __ATOMIC_RELAXED);
+  case 3: return limit_committed();
+  case 4: return atomic_load_explicit(&limit_give_backs, memory_order_relaxed);
+  default: return atomic_load_explicit(&limit_refused, memory_order_relaxed);
+  }
 }

@@ -34,50 +34,11 @@ uint8_t region_map[REGION_MAP_ENTRIES] REGION_MAP_SECTION;
 hak_slab_t region_free_unit_slab = {.owner = OWNER_NONE, .div_magic = 0};
 
 pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
-static hak_region_t *regions; /* all regions, newest first */
+hak_region_t *regions; /* all regions, newest first */
 static size_t empty_regions;  /* regions with every unit free */
 size_t region_dirty_units;    /* free units of all regions that may be resident */
 size_t region_used_units;     /* units in spans */
 
-static inline bool bit_get(const uint64_t *bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
-
-static void bits_set_range(uint64_t *bits, size_t from, size_t n, bool value) {
-  for (size_t i = from; i < from + n; i++) {
-    uint64_t m = (uint64_t)1 << (i & 63);
-    if (value) bits[i >> 6] |= m;
-    else bits[i >> 6] &= ~m;
-  }
-}
-
-/* The first index >= from whose bit is `value`, or UNITS_PER_REGION. */
-hak_inline size_t next_bit(const uint64_t *bits, size_t from, bool value) {
-  for (size_t w = from >> 6; w < UNITS_PER_REGION / 64; w++) {
-    uint64_t word = value ? bits[w] : ~bits[w];
-    if (w == from >> 6) word &= ~(uint64_t)0 << (from & 63);
-    if (word) return w * 64 + (size_t)__builtin_ctzll(word);
-  }
-  return UNITS_PER_REGION;
-}
-
-/* Bits set in w, without the C library's __popcountdi2 (no -mpopcnt), which the link
- * would put after the cold code (CMakeLists.txt: the link order). */
-hak_inline size_t popcount64(uint64_t w) {
-  w -= (w >> 1) & 0x5555555555555555ull;
-  w = (w & 0x3333333333333333ull) + ((w >> 2) & 0x3333333333333333ull);
-  w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return (size_t)((w * 0x0101010101010101ull) >> 56);
-}
-
-hak_inline size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
-  size_t count = 0;
-  for (size_t i = from; i < from + n;) {
-    size_t w = i >> 6, lo = i & 63, take = 64 - lo < from + n - i ? 64 - lo : from + n - i;
-    uint64_t mask = take == 64 ? ~(uint64_t)0 : (((uint64_t)1 << take) - 1) << lo;
-    count += popcount64(bits[w] & mask);
-    i += take;
-  }
-  return count;
-}
 
 /* Where a span of n units goes: the place whose units hold the most resident pages
  * (reused memory faults no page in), then the shortest free run (best fit keeps long
@@ -90,7 +51,7 @@ hak_inline size_t count_bits(const uint64_t *bits, size_t from, size_t n) {
 #define SHORT_RUN_UNITS (4 * SMALL_SPAN_UNITS)
 typedef struct span_place {
   hak_region_t *region;
-  size_t first, dirty, run;
+  size_t first, dirty, run, full; /* full: units in use in the range holding `first` */
 } span_place_t;
 
 static bool place_is_final(const span_place_t *p, size_t n) {
@@ -120,8 +81,11 @@ static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
           }
         }
       }
-      if (best->region == NULL || dirty > best->dirty || (dirty == best->dirty && run < best->run)) {
-        *best = (span_place_t){r, at, dirty, run};
+      /* Among places as resident, the fullest 2 MiB range, then the shortest run. */
+      size_t full = r->range_used[range_of_unit(at)];
+      if (best->region == NULL || dirty > best->dirty ||
+          (dirty == best->dirty && (full > best->full || (full == best->full && run < best->run)))) {
+        *best = (span_place_t){r, at, dirty, run, full};
         if (place_is_final(best, n)) return;
       }
     }
@@ -130,7 +94,7 @@ static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
 }
 
 static span_place_t find_place(size_t n) {
-  span_place_t best = {NULL, 0, 0, 0};
+  span_place_t best = {NULL, 0, 0, 0, 0};
   for (hak_region_t *r = regions; r != NULL; r = r->next) {
     if (r->free_units < n) continue;
     /* A region with fewer resident free units cannot do better. */
@@ -149,13 +113,19 @@ static hak_region_t *region_create(void) {
     os_unmap(r, REGION_SIZE);
     return NULL;
   }
-  os_set_huge_pages(r, REGION_SIZE, hak_opt.thp);
+  /* Faults get small pages, whatever the system's THP mode: a range becomes a huge page
+   * only once it is dense, collapsed by the purge thread (thp.c). Under THP `madvise` a
+   * region without advice faults small pages and khugepaged leaves it alone; the advice
+   * would only cost a split of the mapping at each collapse (os_collapse). */
+  if (!hak_opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, REGION_SIZE, false);
   r->magic = REGION_MAGIC;
   r->free_units = REGION_MAX_SPAN_UNITS; /* the rest reads as zero: a fresh mapping */
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) r->free_bits[w] = ~(uint64_t)0;
   r->free_bits[0] &= ~(((uint64_t)1 << REGION_HEADER_UNITS) - 1); /* the header */
+  r->range_used[0] = REGION_HEADER_UNITS;
   if (HAKMEM_SECURE) { /* the last unit guards the next region */
     r->free_bits[UNITS_PER_REGION / 64 - 1] &= ~((uint64_t)1 << 63);
+    r->range_used[RANGES_PER_REGION - 1] = 1;
     secure_guard_region(r);
   }
   for (size_t u = 0; u < UNITS_PER_REGION; u++) r->unit_map[u] = &region_free_unit_slab;
@@ -180,6 +150,11 @@ static void region_detach(hak_region_t *r) {
   region_dirty_units -= r->dirty_free_units;
   size_t committed = (size_t)r->dirty_free_units * UNIT_SIZE + 2 * os_page_size();
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
+  if (r->huge_ranges) {
+    size_t n = popcount64(r->huge_ranges);
+    atomic_fetch_sub_explicit(&hak_gstats.thp_huge_bytes, n * HUGE_PAGE_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_gstats.thp_returned_whole, n, memory_order_relaxed);
+  }
   slab_map_remove_region(r);
   atomic_fetch_sub_explicit(&hak_gstats.region_bytes, REGION_SIZE, memory_order_relaxed);
   atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
@@ -195,8 +170,8 @@ static void region_destroy(hak_region_t *r) {
 
 /* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
  * free pages; before that it is kept, like any free memory, for reuse. */
-static bool region_release_if_spare(hak_region_t *r) {
-  if (r->free_units != REGION_MAX_SPAN_UNITS || r->dirty_free_units != 0 ||
+bool region_release_if_spare(hak_region_t *r) {
+  if (r->free_units != REGION_MAX_SPAN_UNITS || r->dirty_free_units != 0 || r->pins != 0 ||
       empty_regions <= (size_t)hak_opt.region_cache)
     return false;
   region_destroy(r);
@@ -204,6 +179,7 @@ static bool region_release_if_spare(hak_region_t *r) {
 }
 
 static void purge_units(hak_region_t *r, size_t from, size_t n) {
+  ranges_purged(r, from, n);
   os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
   bits_set_range(r->dirty_bits, from, n, false);
   memset(&r->touched_pages[from], 0, n);
@@ -237,6 +213,7 @@ hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
   bits_set_range(r->free_bits, first, units, false);
   bits_set_range(r->dirty_bits, first, units, true); /* its new user will touch it */
   r->free_units -= (uint32_t)units;
+  ranges_use(r, first, units, true);
   region_used_units += units;
   *fresh = place.dirty < units;
   hak_slab_t *s = &r->slabs[first];
@@ -254,7 +231,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   hak_region_t *r = region_of((uintptr_t)s);
   size_t first = s->unit_idx, units = s->units;
   /* The span wrote a prefix of itself: the units past it are free and clean. */
-  size_t touched = s->touched, dirty = 0;
+  size_t touched = s->touched, dirty = 0, first_dirty = units;
   __atomic_store_n(&s->owner, OWNER_NONE, __ATOMIC_RELEASE);
   for (size_t u = first; u < first + units; u++) {
     size_t off = (u - first) * UNIT_SIZE;
@@ -263,21 +240,31 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
     __atomic_store_n(&r->unit_map[u], &region_free_unit_slab, __ATOMIC_RELAXED);
     r->freed_ms[u] = (uint32_t)now_ms;
     r->touched_pages[u] = (uint8_t)((t + ((size_t)1 << TOUCH_SHIFT) - 1) >> TOUCH_SHIFT);
-    if (t > 0) dirty++;
+    /* In a huge page every page is resident, written or not: the unit stays dirty (and
+     * reads as zero past what it wrote), so that purging sees all of the range. */
+    if (t > 0 || (r->huge_ranges >> range_of_unit(u) & 1)) {
+      dirty++;
+      if (first_dirty == units) first_dirty = u - first;
+    } else {
+      bits_set_range(r->dirty_bits, u, 1, false);
+    }
   }
   slab_map_set(s, first, units, false);
-  if (dirty < units) {
-    bits_set_range(r->dirty_bits, first + dirty, units - dirty, false);
+  if (dirty < units)
     atomic_fetch_sub_explicit(&hak_gstats.committed_est, (units - dirty) * UNIT_SIZE,
                               memory_order_relaxed);
-  }
   bits_set_range(r->free_bits, first, units, true);
   r->free_units += (uint32_t)units;
+  ranges_use(r, first, units, false);
   r->dirty_free_units += (uint32_t)dirty;
   region_dirty_units += dirty;
   region_used_units -= units;
   if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions++;
-  if (hak_opt.purge_delay_ms == 0 && dirty > 0) purge_units(r, first, dirty);
+  if (hak_opt.purge_delay_ms == 0 && dirty > 0)
+    for (size_t u = first + first_dirty, run; u < first + units; u += run + 1) {
+      for (run = 0; u + run < first + units && bit_get(r->dirty_bits, u + run);) run++;
+      if (run) purge_units(r, u, run);
+    }
   /* Keep a few empty regions for reuse; give the rest back once their pages are purged
    * (at once if they are, or by the purge pass or the budget). */
   region_release_if_spare(r);
@@ -296,20 +283,25 @@ static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms
 
 /* From unit *u on, the next run of resident free units freed delay_ms ago or more: its
  * length, with *u at its start (0: none left in r). Units not due yet lower *next_due. */
+
 static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, long delay_ms,
                            uint64_t *next_due) {
   for (size_t a = *u; r->dirty_free_units > 0 && a < UNITS_PER_REGION; a++) {
     if (!bit_get(r->free_bits, a) || !bit_get(r->dirty_bits, a)) continue;
     size_t run = 0;
-    while (a + run < UNITS_PER_REGION && bit_get(r->free_bits, a + run) &&
-           bit_get(r->dirty_bits, a + run) &&
-           (uint32_t)now_ms - r->freed_ms[a + run] >= (uint32_t)delay_ms)
+    for (uint64_t due; a + run < UNITS_PER_REGION && bit_get(r->free_bits, a + run) &&
+                       bit_get(r->dirty_bits, a + run) &&
+                       (due = range_unit_due(r, a + run, now_ms, delay_ms)) != 0 && due <= now_ms;)
       run++;
     if (run != 0) {
       *u = a;
       return run;
     }
-    uint64_t due = now_ms + (uint32_t)delay_ms - ((uint32_t)now_ms - r->freed_ms[a]);
+    uint64_t due = range_unit_due(r, a, now_ms, delay_ms);
+    if (due == 0) { /* a huge page held whole: the rest of its range is too */
+      a = (range_of_unit(a) + 1) * RANGE_UNITS - 1;
+      continue;
+    }
     if (*next_due == 0 || due < *next_due) *next_due = due;
   }
   return 0;
@@ -323,8 +315,9 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
     /* An empty region that is not kept goes at once when its pages are due: munmap
      * frees them, a purge first would only walk them twice. */
     bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
-    if (empty && (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
-                                      region_all_due(r, now_ms, delay_ms)))) {
+    if (empty && r->pins == 0 &&
+        (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
+                             region_all_due(r, now_ms, delay_ms)))) {
       purged += (size_t)r->dirty_free_units * UNIT_SIZE;
       region_destroy(r);
       r = next;
@@ -358,7 +351,8 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
   while (r != NULL) {
     hak_region_t *next = r->next;
     bool empty = r->free_units == REGION_MAX_SPAN_UNITS;
-    if (empty && empty_regions > (size_t)hak_opt.region_cache && region_all_due(r, now_ms, delay_ms)) {
+    if (empty && r->pins == 0 && empty_regions > (size_t)hak_opt.region_cache &&
+        region_all_due(r, now_ms, delay_ms)) {
       if (g == max) {
         *more = true;
         break;
@@ -374,8 +368,12 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
         *gone_count = g;
         return n;
       }
-      if (run > REGION_TAKE_UNITS - taken) run = REGION_TAKE_UNITS - taken;
+      if (run > REGION_TAKE_UNITS - taken) { /* cut at a range's end: no huge page split */
+        size_t cut = REGION_TAKE_UNITS - taken, end = (u + cut) & ~(RANGE_UNITS - 1);
+        run = end > u ? end - u : cut;
+      }
       taken += run;
+      ranges_purged(r, u, run);
       if (r->free_units == REGION_MAX_SPAN_UNITS) empty_regions--;
       bits_set_range(r->free_bits, u, run, false);
       r->free_units -= (uint32_t)run;
@@ -403,16 +401,21 @@ void region_return_purged(const region_run_t *runs, size_t n) {
   }
 }
 
-/* The resident free unit freed longest ago (age measured at clock_ms), or false. */
+/* The resident free unit freed longest ago (age measured at clock_ms), or false. Units
+ * of huge pages held whole come last: the budget breaks one (counted) only when no
+ * other resident free memory is left to purge. */
 bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age) {
   hak_region_t *oldest = NULL;
+  bool oldest_held = false;
   for (hak_region_t *r = regions; r != NULL; r = r->next) {
     if (r->dirty_free_units == 0) continue;
     for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
       for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
         size_t u = w * 64 + (size_t)__builtin_ctzll(m);
         uint32_t a = clock_ms - r->freed_ms[u];
-        if (oldest == NULL || a > *age) {
+        bool held = range_held(r, range_of_unit(u));
+        if (oldest == NULL || (oldest_held && !held) || (held == oldest_held && a > *age)) {
+          oldest_held = held;
           oldest = r;
           *unit = u;
           *age = a;
@@ -465,6 +468,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
   bits_set_range(r->free_bits, end, want_end - end, false);
   bits_set_range(r->dirty_bits, end, want_end - end, true);
   r->free_units -= (uint32_t)(want_end - end);
+  ranges_use(r, end, want_end - end, true);
   region_used_units += want_end - end;
   s->units = (uint16_t)new_units;
   return new_units;
@@ -485,3 +489,4 @@ hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units) {
   s->units = (uint16_t)new_units;
   return tail;
 }
+

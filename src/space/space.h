@@ -83,6 +83,18 @@ typedef struct hak_region {
   struct hak_region *next, *prev; /* all regions */
   uint32_t free_units;            /* units past the header not in any span */
   uint32_t dirty_free_units;      /* free units that may still hold committed pages */
+  /* Its 2 MiB ranges (bit g: units 32 g .. 32 g + 31): collapsed into a huge page and not
+   * purged in part since; left MADV_HUGEPAGE for khugepaged (a kernel without
+   * MADV_COLLAPSE); advised ones purged since, to be advised MADV_NOHUGEPAGE again. */
+  uint32_t huge_ranges, advised_ranges, unadvise_ranges;
+  uint32_t pins;                  /* the purge thread works on a range without region_lock */
+  uint8_t range_used[RANGES_PER_REGION];    /* units in spans (the header's count) */
+  uint8_t range_purges[RANGES_PER_REGION];  /* bumped whenever a range's units are purged */
+  uint32_t range_look_ms[RANGES_PER_REGION]; /* the purge thread's last look for a collapse */
+  /* What that look saw: resident pages + 1 (0: not looked at), and units in spans. A
+   * range is collapsed only when a second look finds both unchanged (thp.c). */
+  uint16_t range_seen_pages[RANGES_PER_REGION];
+  uint8_t range_seen_used[RANGES_PER_REGION];
   uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
   uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
   uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */
@@ -118,16 +130,23 @@ hak_inline uintptr_t slab_base(const hak_slab_t *s) {
 }
 
 /* ---- secure_hooks.c: the hardened build's hooks into the lower layers ----------- */
-/* A hardened small block's size word: its last 8 bytes, n ^ key ^ its address. Relaxed
- * atomics (plain moves on x86): a free checks the size word of the block below its
- * own, which a thread without a heap may be rewriting as it frees that block; either
- * value passes the check. */
+/* A hardened small block's size word: its last 8 bytes, (n * SIZE_MUL mod 2^56) ^ key ^
+ * its address. The product spreads n over the low 7 bytes, so that a change to any one
+ * of them decodes to a size far beyond any block's (a plain n would take a new low byte
+ * for another sane size); the top byte is the key's alone, and decodes to a size of at
+ * least 2^56 once changed. Relaxed atomics (plain moves on x86): a free checks the size
+ * word of the block below its own, which a thread without a heap may be rewriting as
+ * it frees that block; either value passes the check. */
+#define SIZE_MUL 0x9e3779b97f4a7c15ull     /* odd: a bijection mod 2^56 */
+#define SIZE_MUL_INV 0xf1de83e19937733dull /* SIZE_MUL * SIZE_MUL_INV = 1 mod 2^64 */
+#define SIZE_LOW (((uint64_t)1 << 56) - 1)
 hak_inline uintptr_t *secure_size_word(uintptr_t block, size_t S) { return (uintptr_t *)(block + S - 8); }
 hak_inline size_t secure_size_decode(const uintptr_t *w) {
-  return __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+  uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED) ^ hak_list_key ^ (uintptr_t)w;
+  return (size_t)(((v * SIZE_MUL_INV) & SIZE_LOW) | (v & ~SIZE_LOW));
 }
 hak_inline void secure_size_encode(uintptr_t *w, size_t n) {
-  __atomic_store_n(w, n ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
+  __atomic_store_n(w, (((uint64_t)n * SIZE_MUL) & SIZE_LOW) ^ hak_list_key ^ (uintptr_t)w, __ATOMIC_RELAXED);
 }
 /* Free-list links. The hardened build stores next ^ key ^ own address, and checks that
  * a decoded link lands on a carved block of the same slab before following it. */
@@ -143,10 +162,14 @@ void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with
 void secure_guard_region(void *region);
 void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
+#include "range.h" /* 2 MiB ranges, huge pages: range.c, the regions' candidates */
+
 /* ---- region.c ------------------------------------------------------------------ */
 extern uint8_t region_map[REGION_MAP_ENTRIES];
 extern hak_slab_t region_free_unit_slab; /* what the unit map shows for unused units */
 extern pthread_mutex_t region_lock;
+extern hak_region_t *regions; /* all regions, newest first (thp.c walks them) */
+bool region_release_if_spare(hak_region_t *r); /* an empty one beyond the cache goes */
 
 hak_inline hak_region_t *region_of(uintptr_t a) {
   return (hak_region_t *)(a & ~(uintptr_t)REGION_MASK);
@@ -237,6 +260,9 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
                      uintptr_t *evicted_base, size_t *evicted_size);
 /* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
 uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
+/* ---- thp.c: which ranges become huge pages (the purge thread's) ------------------ */
+size_t thp_pass(uint64_t now_ms); /* collapses dense ranges; returns how many */
+
 /* span.c's changes: bytes came into use (fresh: pages that were not resident), or a
  * span freed at freed_ms went back to its region. */
 void purge_note_span_taken(size_t bytes, bool fresh);
@@ -271,6 +297,8 @@ void limit_settle(size_t held);
 extern void (*limit_reclaim)(void);
 bool limit_give_back(size_t bytes, bool refused);
 bool limit_from_cgroup(void); /* soft just below memory.max; false: no limit found */
+int limit_set(int which, uint64_t v); /* ctl: 0 soft, 1 hard, 2 from_cgroup; 0 or -EINVAL */
+uint64_t limit_value(int which); /* ctl: those, then committed, give_backs, refused */
 
 #pragma GCC visibility pop
 

@@ -20,6 +20,7 @@ enum figure {
   F_REMOTE_PUSHES, F_REMOTE_BLOCKS,
   F_PURGE_PASSES, F_PURGE_BUDGET, F_MADVISE_CALLS, F_MADVISE_BYTES, F_PURGED, F_UNMAPPED,
   F_PURGE_THREADS, F_PURGE_THREAD_PASSES, F_PURGE_THREAD_WOKEN, F_PURGE_THREAD_TRIMS,
+  F_THP_BYTES, F_THP_COLLAPSED, F_THP_FAILED, F_THP_ADVISED, F_THP_WHOLE, F_THP_BROKEN,
   F_THREADS_ALIVE, F_THREADS_EXITED,
   F_HEAPS_CREATED, F_HEAPS_TAKEN, F_HEAPS_BY_FREE, F_HEAP_WAITS, F_HEAP_WAITS_VAIN,
   F_HEAPS_DISSOLVED,
@@ -27,9 +28,8 @@ enum figure {
   F_OPT_PURGE_DELAY, F_OPT_REGION_CACHE, F_OPT_THP, F_OPT_STATS, F_OPT_BACKGROUND,
   F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND,
   F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
-  F_OS_UNMAP_REFUSED, F_OS_RSS_ANON,
-  F_LIMIT_SOFT, F_LIMIT_HARD, F_LIMIT_CGROUP, F_LIMIT_COMMITTED, F_LIMIT_GIVE_BACKS, F_LIMIT_REFUSED,
-  F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
+  F_OS_UNMAP_REFUSED, F_OS_RSS_ANON, F_LIMIT_SOFT, F_LIMIT_HARD, F_LIMIT_CGROUP, F_LIMIT_COMMITTED,
+  F_LIMIT_GIVE_BACKS, F_LIMIT_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
 };
 
 /* Which classes a figure needs walked. */
@@ -129,6 +129,24 @@ static const ctl_entry_t table[] = {
     {{"purge.thread_trims", "heaps",
       "idle heaps whose all-free queue heads the purge thread gave back",
       U, X, RO}, F_PURGE_THREAD_TRIMS, W_NONE},
+    {{"thp.huge_bytes", "bytes",
+      "region memory in huge pages hakmem collapsed and has not broken or given back since",
+      U, A, RO}, F_THP_BYTES, W_NONE},
+    {{"thp.collapsed", "ranges",
+      "dense 2 MiB ranges the purge thread made huge pages (MADV_COLLAPSE)",
+      U, X, RO}, F_THP_COLLAPSED, W_NONE},
+    {{"thp.collapse_failures", "ranges",
+      "collapses the kernel refused: no huge page free, or no MADV_COLLAPSE",
+      U, X, RO}, F_THP_FAILED, W_NONE},
+    {{"thp.advised", "ranges",
+      "dense ranges left MADV_HUGEPAGE for khugepaged, on a kernel without MADV_COLLAPSE",
+      U, X, RO}, F_THP_ADVISED, W_NONE},
+    {{"thp.returned_whole", "pages",
+      "huge pages given back whole: their range purged or unmapped at once",
+      U, X, RO}, F_THP_WHOLE, W_NONE},
+    {{"thp.broken", "pages",
+      "huge pages broken by purging part of them: less than half in use, or for the budget",
+      U, X, RO}, F_THP_BROKEN, W_NONE},
     {{"threads.alive", "threads",
       "threads that got a heap and have not exited", U, X, RO}, F_THREADS_ALIVE, W_NONE},
     {{"threads.exited", "threads",
@@ -162,7 +180,7 @@ static const ctl_entry_t table[] = {
     {{"opt.region_cache", "regions",
       "HAKMEM_REGION_CACHE in force; takes 0 .. 2^20", U, X, RW}, F_OPT_REGION_CACHE, W_NONE},
     {{"opt.thp", "0/1",
-      "HAKMEM_THP in force; read-only: each region gets its advice when it is mapped",
+      "HAKMEM_THP in force; read-only: the purge thread collapses dense 2 MiB ranges",
       U, X, RO}, F_OPT_THP, W_NONE},
     {{"opt.background", "0/1",
       "HAKMEM_BACKGROUND in force; read-only: the purge thread is started only when needed",
@@ -188,23 +206,18 @@ static const ctl_entry_t table[] = {
     {{"os.unmap_refused_bytes", "bytes",
       "bytes the kernel refused to unmap (ENOMEM at vm.max_map_count): left mapped, their "
       "pages given back", U, X, RO}, F_OS_UNMAP_REFUSED, W_NONE},
-    {{"os.rss_anon", "bytes", "resident anonymous memory of the process as the kernel counts it "
-      "(RssAnon): the heap's resident pages, as memory.max counts them, and the program's other "
-      "anonymous memory", U, A, RO}, F_OS_RSS_ANON, W_NONE},
-    {{"limit.soft", "bytes", "HAKMEM_LIMIT_SOFT in force, 0 none: past it, free memory goes back "
-      "before more is committed; takes 0 or 2^20 .. 2^50", U, X, RW}, F_LIMIT_SOFT, W_NONE},
-    {{"limit.hard", "bytes", "HAKMEM_LIMIT_HARD in force, 0 none: an allocation that would commit "
-      "memory past it fails with ENOMEM; takes 0 or 2^20 .. 2^50", U, X, RW}, F_LIMIT_HARD, W_NONE},
-    {{"limit.from_cgroup", "0/1", "1: limit.soft was set just below the cgroup v2 memory.max "
-      "(HAKMEM_LIMIT_FROM_CGROUP); takes 1: set it now (reads 0 where no memory.max bounds the "
-      "process), 0", U, X, RW}, F_LIMIT_CGROUP, W_NONE},
-    {{"limit.committed", "bytes", "what the limits compare, counted as the kernel counts resident "
-      "pages: region memory that may be resident and the pages of live huge blocks up to their "
-      "size (total.committed counts huge mappings whole)", U, A, RO}, F_LIMIT_COMMITTED, W_NONE},
-    {{"limit.give_backs", "purges", "purges of all free memory that a limit forced",
-      U, X, RO}, F_LIMIT_GIVE_BACKS, W_NONE},
-    {{"limit.refused", "allocations", "allocations refused (ENOMEM) at the hard limit",
-      U, X, RO}, F_LIMIT_REFUSED, W_NONE},
+    {{"os.rss_anon", "bytes", "resident anonymous memory of the process as the kernel counts it (RssAnon): the "
+      "heap's resident pages, as memory.max counts them, and other anonymous memory", U, A, RO}, F_OS_RSS_ANON, W_NONE},
+    {{"limit.soft", "bytes", "HAKMEM_LIMIT_SOFT, 0 none: past it, free memory goes back before more is committed; "
+      "takes 0 or 2^20 .. 2^50", U, X, RW}, F_LIMIT_SOFT, W_NONE}, {{"limit.hard", "bytes", "HAKMEM_LIMIT_HARD, "
+      "0 none: an allocation that would commit memory past it fails with ENOMEM; takes 0 or 2^20 .. 2^50",
+      U, X, RW}, F_LIMIT_HARD, W_NONE},
+    {{"limit.from_cgroup", "0/1", "1: limit.soft set just below the cgroup v2 memory.max (HAKMEM_LIMIT_FROM_CGROUP); "
+      "takes 0, or 1: set it now (reads 0 where none bounds the process)", U, X, RW}, F_LIMIT_CGROUP, W_NONE},
+    {{"limit.committed", "bytes", "what the limits compare, as the kernel counts resident pages: region memory that "
+      "may be resident, live huge blocks' pages up to their size", U, A, RO}, F_LIMIT_COMMITTED, W_NONE},
+    {{"limit.give_backs", "purges", "purges of all free memory that a limit forced", U, X, RO}, F_LIMIT_GIVE_BACKS, W_NONE},
+    {{"limit.refused", "allocations", "allocations refused (ENOMEM) at the hard limit", U, X, RO}, F_LIMIT_REFUSED, W_NONE},
     {{"debug.faults", "calls",
       "OS calls failed on purpose (HAKMEM_FAULT, Debug builds; 0 elsewhere); takes 0: no "
       "more failures, 1: HAKMEM_FAULT's call numbers counted from now", U, X, RW}, F_DEBUG_FAULTS, W_NONE},
@@ -270,7 +283,6 @@ static uint64_t relaxed(_Atomic uint64_t *v) {
 static uint64_t relaxed_size(_Atomic size_t *v) {
   return atomic_load_explicit(v, memory_order_relaxed);
 }
-
 static void walk_for(const ctl_entry_t *e, uint32_t cls, stats_walk_t *w) {
   switch (e->walk) {
   case W_ALL: stats_walk(w, 0, NUM_CLASSES); break;
@@ -280,9 +292,7 @@ static void walk_for(const ctl_entry_t *e, uint32_t cls, stats_walk_t *w) {
   default: break;
   }
 }
-
 typedef struct tier_sum { uint64_t blocks, bytes, slabs; } tier_sum_t;
-
 static tier_sum_t tier_sum(const stats_walk_t *w, uint32_t first, uint32_t end) {
   tier_sum_t t = {0, 0, 0};
   for (uint32_t c = first; c < end; c++) {
@@ -337,6 +347,12 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_PURGE_THREADS: return purge_thread_started();
   case F_PURGE_THREAD_PASSES: return purge_thread_count(PT_PASSES);
   case F_PURGE_THREAD_WOKEN: return purge_thread_count(PT_WOKEN);
+  case F_THP_BYTES: return relaxed_size(&g->thp_huge_bytes);
+  case F_THP_COLLAPSED: return relaxed(&g->thp_collapsed);
+  case F_THP_FAILED: return relaxed(&g->thp_failed);
+  case F_THP_ADVISED: return relaxed(&g->thp_advised);
+  case F_THP_WHOLE: return relaxed(&g->thp_returned_whole);
+  case F_THP_BROKEN: return relaxed(&g->thp_broken);
   case F_PURGE_THREAD_TRIMS: return purge_thread_count(PT_TRIMS);
   case F_THREADS_ALIVE: {
     uint64_t exited = relaxed(&g->threads_exited), started = relaxed(&g->threads_started);
@@ -369,12 +385,8 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_CHECKER_SANITIZER: return hak_checker == CHECKER_SANITIZER;
   case F_OS_UNMAP_REFUSED: return relaxed(&os_kept_bytes);
   case F_OS_RSS_ANON: return os_rss_anon();
-  case F_LIMIT_SOFT: return (uint64_t)__atomic_load_n(&hak_opt.limit_soft, __ATOMIC_RELAXED);
-  case F_LIMIT_HARD: return (uint64_t)__atomic_load_n(&hak_opt.limit_hard, __ATOMIC_RELAXED);
-  case F_LIMIT_CGROUP: return __atomic_load_n(&hak_opt.limit_from_cgroup, __ATOMIC_RELAXED);
-  case F_LIMIT_COMMITTED: return limit_committed();
-  case F_LIMIT_GIVE_BACKS: return relaxed(&limit_give_backs);
-  case F_LIMIT_REFUSED: return relaxed(&limit_refused);
+  case F_LIMIT_SOFT: case F_LIMIT_HARD: case F_LIMIT_CGROUP: case F_LIMIT_COMMITTED:
+  case F_LIMIT_GIVE_BACKS: case F_LIMIT_REFUSED: return limit_value(e->figure - F_LIMIT_SOFT);
   case F_DEBUG_FAULTS: return os_fault_count(true);
   case F_DEBUG_FAULT_CALLS: return os_fault_count(false);
   }
@@ -438,8 +450,7 @@ hak_export int hak_ctl_get(const char *name, void *out, size_t *len) {
  * the old value or the new one, and a purge pass is scheduled at once so that memory
  * kept under the old delay is looked at again. The region cache is read under
  * region_lock and written under it. The stats switches are read at exit only.
- * THP advice is given to each region when it is mapped: a change could only reach
- * the regions mapped later, so it is refused. */
+ * HAKMEM_THP is read once, at start-up, like the system's own THP mode: refused. */
 static void purge_soon(void) {
   pthread_mutex_lock(&region_lock);
   purge_schedule(os_now_ms());
@@ -477,18 +488,7 @@ hak_export int hak_ctl_set(const char *name, const void *in, size_t len) {
     __atomic_store_n(&hak_opt.stats, u == 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hak_opt.stats_json, u == 2, __ATOMIC_RELAXED);
     return 0;
-  case F_LIMIT_SOFT:
-  case F_LIMIT_HARD:
-  case F_LIMIT_CGROUP:
-    if (e->figure == F_LIMIT_CGROUP ? u > 1 : !limit_value_ok(u)) return -EINVAL;
-    if (e->figure == F_LIMIT_CGROUP)
-      __atomic_store_n(&hak_opt.limit_from_cgroup, u == 1 && limit_from_cgroup(), __ATOMIC_RELAXED);
-    else
-      __atomic_store_n(e->figure == F_LIMIT_SOFT ? &hak_opt.limit_soft : &hak_opt.limit_hard, (long)u, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&region_lock); /* a limit below what is committed: give back now */
-    limit_admit(0);
-    pthread_mutex_unlock(&region_lock);
-    return 0;
+  case F_LIMIT_SOFT: case F_LIMIT_HARD: case F_LIMIT_CGROUP: return limit_set(e->figure - F_LIMIT_SOFT, u);
   case F_DEBUG_FAULTS:
     if (u > 1) return -EINVAL;
     if (!HAKMEM_DEBUG) return u == 0 ? 0 : -EPERM; /* no failures to stop; none to arm */

@@ -174,6 +174,12 @@ void stats_print(FILE *f) {
       (unsigned long long)atomic_load(&os_purge_calls), mib(atomic_load(&os_purge_bytes)),
       (unsigned long long)purge_thread_count(PT_PASSES), (unsigned long long)purge_thread_count(PT_WOKEN),
       (unsigned long long)purge_thread_count(PT_TRIMS));
+  out(f, "  huge pages: %.2f MiB, %llu ranges collapsed, %llu collapse failures, %llu left to khugepaged, %llu given back whole, %llu broken by purging\n",
+      mib(atomic_load(&hak_gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&hak_gstats.thp_collapsed),
+      (unsigned long long)atomic_load(&hak_gstats.thp_failed),
+      (unsigned long long)atomic_load(&hak_gstats.thp_advised),
+      (unsigned long long)atomic_load(&hak_gstats.thp_returned_whole),
+      (unsigned long long)atomic_load(&hak_gstats.thp_broken));
   out(f, "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; %llu slabs adopted, %llu taken back from idle heaps\n",
       (unsigned long long)(started > exited ? started - exited : 0), (unsigned long long)exited,
       (unsigned long long)atomic_load(&hak_gstats.heaps_created),

@@ -20,7 +20,7 @@ expect_not() {
 }
 
 run
-expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "defaults"
 expect_not "hakmem: ignoring" "defaults"
 
 run HAKMEM_PURGE_DELAY_MS=0 HAKMEM_REGION_CACHE=5 HAKMEM_THP=on
@@ -36,7 +36,7 @@ expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=10ms" "delay with a unit"
 expect "hakmem: ignoring HAKMEM_REGION_CACHE=-3" "negative region cache"
 expect "hakmem: ignoring HAKMEM_THP=maybe" "THP not a switch value"
 expect "hakmem: ignoring HAKMEM_STATS=2" "STATS not a switch value"
-expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "defaults kept"
 
 run HAKMEM_PURGE_DELAY_MS=99999999999999999999999
 expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=99999999999999999999999" "out of range"
@@ -47,7 +47,7 @@ expect "hakmem: ignoring HAKMEM_PURGE_DELAY_MS=-5 (takes -1 or 0 .. 2^31-1)" "de
 expect "hakmem: ignoring HAKMEM_REGION_CACHE=2000000 (takes 0 .. 2^20)" "region cache above 2^20"
 expect "hakmem: ignoring HAKMEM_THP= (empty; takes 1/0" "an empty value"
 expect "hakmem: ignoring HAKMEM_STATS=xml (takes 1/0, true/false, yes/no, on/off or json)" "STATS lists json"
-expect "options: purge_delay_ms=100 region_cache=2 thp=0" "defaults kept after range errors"
+expect "options: purge_delay_ms=100 region_cache=2 thp=1" "defaults kept after range errors"
 
 run HAKMEM_PURGE_DELAY=0 HAKMEM_Stats=1 HAKMEM_THP=1
 expect "hakmem: ignoring unknown option HAKMEM_PURGE_DELAY (known: HAKMEM_PURGE_DELAY_MS " "misspelt name"
@@ -66,7 +66,7 @@ if [ "$(id -u)" = 0 ]; then
     HAKMEM_PURGE_DELAY=0
   case $out in
     *at_secure=1*)
-      expect "options: purge_delay_ms=100 region_cache=2 thp=0" "set-user-ID keeps the defaults"
+      expect "options: purge_delay_ms=100 region_cache=2 thp=1" "set-user-ID keeps the defaults"
       expect_not "hakmem: ignoring" "set-user-ID reads no HAKMEM_* value"
       # exactly one report: the malloc_stats call's, none at exit for HAKMEM_STATS=1
       [ "$(printf '%s\n' "$out" | grep -c '^hakmem stats')" = 1 ] ||

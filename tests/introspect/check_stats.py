@@ -115,7 +115,7 @@ def check_json(dump):
                     fail("%s: %s = %s, hak_ctl_get says %s" % (what, name, at_path(doc, name), values[name]))
     # The text report keeps its meaning alongside: the same options line.
     out = run(dump, "names", env={"HAKMEM_STATS": "1"})
-    if "options: purge_delay_ms=100 region_cache=2 thp=0 stats=1" not in out.stderr:
+    if "options: purge_delay_ms=100 region_cache=2 thp=1 stats=1" not in out.stderr:
         fail("HAKMEM_STATS=1: no text report with the options in force:\n" + out.stderr)
     print("check_stats json: %d names in %d reports" % (len(rows), len(reports)))
 

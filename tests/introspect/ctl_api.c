@@ -152,7 +152,7 @@ static bool report_says(const char *text) {
 static void options(void) {
   /* The defaults: the test runs with no HAKMEM_* set (CMakeLists.txt). */
   CHECK(get_signed("opt.purge_delay_ms") == 100, "purge delay %" PRId64, get_signed("opt.purge_delay_ms"));
-  CHECK(get("opt.region_cache") == 2 && get("opt.thp") == 0 && get("opt.stats") == 0, "defaults");
+  CHECK(get("opt.region_cache") == 2 && get("opt.thp") == 1 && get("opt.stats") == 0, "defaults");
   static const int64_t good_delays[] = {0, 1, 7, 100, 1000, INT32_MAX, -1, 100};
   for (size_t i = 0; i < sizeof good_delays / sizeof good_delays[0]; i++) {
     int64_t d = good_delays[i];
@@ -180,7 +180,7 @@ static void options(void) {
   for (int64_t v = 0; v <= 2; v++) CHECK(set("opt.stats", v) == 0 && get("opt.stats") == (uint64_t)v, "stats %d", (int)v);
   CHECK(set("opt.stats", 3) == -EINVAL && set("opt.stats", -1) == -EINVAL, "stats 3 or -1 accepted");
   CHECK(set("opt.stats", 0) == 0, "stats back to 0");
-  CHECK(set("opt.thp", 1) == -EPERM && get("opt.thp") == 0, "opt.thp written");
+  CHECK(set("opt.thp", 0) == -EPERM && get("opt.thp") == 1, "opt.thp written");
 }
 
 /* ---- figures follow the program ------------------------------------------------------ */

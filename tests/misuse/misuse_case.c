@@ -614,6 +614,88 @@ static void fresh_blocks(size_t size) {
   property(left == 0, "no new block of the size holds a freed block's data");
 }
 
+/* Words [from, to) of the freed block at p that hold an address in its 64 MiB-aligned
+ * region, as an allocator's raw pointer would: a list link, its slab descriptor. */
+static size_t address_words(const char *p, size_t from, size_t to) {
+  size_t n = 0;
+  for (size_t i = from; i < to; i++) {
+    uint64_t w;
+    memcpy(&w, (const char *)tu_hide((void *)(p + 8 * i)), 8);
+    n += w != 0 && (w ^ (uintptr_t)p) < ((uint64_t)1 << 26);
+  }
+  return n;
+}
+
+static void freed_tag_hidden(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  property(address_words(p, 1, 2) == 0, "a freed block's second word (its free tag) is no address");
+}
+
+static void freed_no_address(size_t size) {
+  char *p = xmalloc(size);
+  free(p);
+  misuse_announce(p);
+  property(address_words(p, 0, size / 8) == 0, "no word of a freed block is an address");
+}
+
+/* ---- every offset near a block ------------------------------------------------------ */
+/* One byte flipped at each offset from 1 to `reach` bytes before the block (p[-k]) or
+ * after its last byte (p[size - 1 + k]), each in a process of its own, which then frees
+ * the block: the property holds if every one of them was stopped, by a fault or by
+ * hakmem's overflow report. */
+static bool stopped_at(char *p, ptrdiff_t at) {
+  int fds[2];
+  if (pipe(fds) != 0) setup_failed("pipe");
+  pid_t pid = fork();
+  if (pid < 0) setup_failed("fork");
+  if (pid == 0) {
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    scribble(p + at, 1);
+    free(p);
+    _exit(0);
+  }
+  close(fds[1]);
+  char report[512];
+  size_t len = 0;
+  for (ssize_t n; len < sizeof report - 1 && (n = read(fds[0], report + len, sizeof report - 1 - len)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    len += (size_t)n;
+  }
+  report[len] = '\0';
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) setup_failed("waitpid");
+  if (!WIFSIGNALED(status)) return false;
+  int sig = WTERMSIG(status);
+  return sig == SIGSEGV || sig == SIGBUS || (sig == SIGABRT && strstr(report, "heap overflow detected") != NULL);
+}
+
+static void every_offset(size_t size, bool after, size_t reach) {
+  char *p = xmalloc(size);
+  for (size_t k = 1; k <= reach; k++) {
+    ptrdiff_t at = after ? (ptrdiff_t)(size - 1 + k) : -(ptrdiff_t)k;
+    if (!stopped_at(p, at)) {
+      fprintf(stderr, "misuse_case: a write %zu bytes %s a %zu-byte block went unseen\n", k,
+              after ? "after" : "before", size);
+      property(false, "every write near the block is stopped");
+    }
+  }
+  property(true, "every write near the block is stopped");
+}
+
+static void every_offset_before_4096(size_t size) { every_offset(size, false, 4096); }
+static void every_offset_after_4096(size_t size) { every_offset(size, true, 4096); }
+static void every_offset_before_32(size_t size) { every_offset(size, false, 32); }
+static void every_offset_after_32(size_t size) { every_offset(size, true, 32); }
+static void every_offset_after_24(size_t size) { every_offset(size, true, 24); }
+static void every_offset_before_24(size_t size) { every_offset(size, false, 24); }
+
 /* ---- the table --------------------------------------------------------------------- */
 
 typedef struct misuse_case {

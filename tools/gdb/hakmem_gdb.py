@@ -101,6 +101,7 @@ class Hakmem:
         self.free_unit_slab = self.address_of("region_free_unit_slab")
         self.heap_empty = self.address_of("hak_heap_empty")
         self.list_key = self.int_global("hak_list_key") if self.secure else 0
+        self.tag_key = self.int_global("hak_tag_key") if self.secure else 0
         self.class_size = struct.unpack("<%dI" % self.num_classes,
                                         self.read(self.address_of("class_size"), 4 * self.num_classes))
         self._threads = None
@@ -711,14 +712,14 @@ def ptr_block(hk, s, v, addr):
         return
     where = find_free_block(hk, s, v, block)
     try:
-        tag = hk.u64(block + 8) == s
+        tag = hk.u64(block + 8) == s ^ hk.tag_key
     except gdb.MemoryError:
         print("  %s: unreadable" % at)
         return
     if where:
         print("  %s: free, %s" % (at, where))
     elif tag:
-        print("  %s: free (its second word, the free tag, is this slab's descriptor), "
+        print("  %s: free (its second word, the free tag, names this slab's descriptor), "
               "on no list this script walks" % at)
     else:
         print("  %s: live" % at)

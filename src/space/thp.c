@@ -1,0 +1,158 @@
+/* Huge pages: which 2 MiB ranges of the regions become transparent huge pages, and when.
+ *
+ * Regions are advised MADV_NOHUGEPAGE when they are mapped, so that every fault, on any
+ * system THP mode, gets a small page and never waits for the kernel to compact memory,
+ * and a process that holds a few MiB has no huge page at all. The purge thread, once
+ * THP_MIN_IN_USE is in spans, looks for ranges that are dense (region.c: 3/4 of their
+ * units in spans, 7/8 in spans or resident free units; here: 7/8 of their pages
+ * resident) and collapses each into one huge page with MADV_COLLAPSE, off every malloc
+ * path. Placement (region.c) fills the fullest range first, so ranges fill up and fall
+ * free together; purging gives a huge page back whole and breaks one only when the
+ * budget needs its free units (counted). Off with HAKMEM_THP=0, THP `never` or
+ * PR_SET_THP_DISABLE (asked at every pass), and without the purge thread. */
+
+#include "space/space.h"
+
+#define THP_MIN_IN_USE ((size_t)16 << 20)
+/* Ranges looked at per pass: a collapse copies 2 MiB (1-4 ms here), and the pass must
+ * not keep the purge thread from purging for long. */
+#define THP_BATCH 8
+#define THP_MIN_RESIDENT_PAGES (HUGE_PAGE_SIZE / 4096 * 7 / 8)
+
+/* ---- candidates, under region_lock ------------------------------------------------
+ * A range is worth a collapse when at least 3/4 of its units are in spans and 7/8 are
+ * in spans or resident free units (reused first, by placement); thp.c then asks the
+ * kernel how many of its pages are resident before it collapses. Each range is looked
+ * at once per THP_LOOK_MS at most, and collapsed only when the look before found the
+ * same resident pages and units in spans: a range still being written (the frontier of
+ * a growing heap) is left alone, because every access to a range waits while it is
+ * collapsed (the kernel clears its page table entry for the copy). A candidate's region
+ * is pinned (never unmapped) until region_thp_done. */
+#define COLLAPSE_MIN_USED (RANGE_UNITS * 3 / 4)
+#define COLLAPSE_MIN_RESIDENT (RANGE_UNITS * 7 / 8)
+#define THP_LOOK_MS 1000u
+
+size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max) {
+  size_t n = 0;
+  for (hak_region_t *r = regions; r != NULL && n < max; r = r->next) {
+    for (size_t g = 0; g < RANGES_PER_REGION && n < max; g++) {
+      uint32_t bit = (uint32_t)1 << g;
+      bool unadvise = r->unadvise_ranges & bit;
+      if (!unadvise) {
+        if (!collapse || ((r->huge_ranges | r->advised_ranges) & bit) ||
+            r->range_used[g] < COLLAPSE_MIN_USED ||
+            (r->range_look_ms[g] != 0 && now_ms - r->range_look_ms[g] < THP_LOOK_MS))
+          continue;
+        size_t first = g * RANGE_UNITS, resident = r->range_used[g];
+        for (size_t u = first; u < first + RANGE_UNITS; u++)
+          resident += bit_get(r->free_bits, u) && bit_get(r->dirty_bits, u);
+        if (resident < COLLAPSE_MIN_RESIDENT) continue;
+        r->range_look_ms[g] = now_ms | 1;
+      }
+      r->unadvise_ranges &= ~bit;
+      r->pins++;
+      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], unadvise, r->range_used[g],
+                                  r->range_seen_pages[g], r->range_seen_used[g], 0};
+    }
+  }
+  return n;
+}
+
+void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint32_t now_ms) {
+  hak_region_t *r = c->region;
+  size_t g = c->range;
+  uint32_t bit = (uint32_t)1 << g;
+  bool unchanged = r->range_purges[g] == c->purges; /* nothing in it purged meanwhile */
+  if (outcome == THP_NOT_DONE && c->pages != 0) { /* what this look saw, for the next */
+    r->range_seen_pages[g] = c->pages;
+    r->range_seen_used[g] = c->used;
+  }
+  if (outcome == THP_COLLAPSED && unchanged) {
+    /* Every page of the range is resident now; the ones no span wrote read as zero. */
+    r->huge_ranges |= bit;
+    atomic_fetch_add_explicit(&hak_gstats.thp_huge_bytes, HUGE_PAGE_SIZE, memory_order_relaxed);
+    for (size_t u = g * RANGE_UNITS; u < (g + 1) * RANGE_UNITS; u++) {
+      if (!bit_get(r->free_bits, u) || bit_get(r->dirty_bits, u)) continue;
+      bits_set_range(r->dirty_bits, u, 1, true);
+      r->touched_pages[u] = 0;
+      r->freed_ms[u] = now_ms;
+      r->dirty_free_units++;
+      region_dirty_units++;
+      atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    }
+  } else if (outcome == THP_ADVISED) {
+    if (unchanged) r->advised_ranges |= bit;
+    else r->unadvise_ranges |= bit; /* purged meanwhile: small pages again */
+  }
+  r->pins--;
+  region_release_if_spare(r);
+}
+
+/* Is the candidate's range as it was when picked, after the collapses before it in the
+ * batch (no span taken or given back there, nothing purged)? */
+bool region_thp_still_dense(const region_range_t *c) {
+  pthread_mutex_lock(&region_lock);
+  bool dense = c->region->range_used[c->range] == c->used &&
+               c->region->range_purges[c->range] == c->purges;
+  pthread_mutex_unlock(&region_lock);
+  return dense;
+}
+
+bool region_thp_min_in_use(size_t bytes) { return region_used_units * UNIT_SIZE >= bytes; }
+
+/* MADV_COLLAPSE failed with EINVAL while THP was allowed: the kernel lacks it, and dense
+ * ranges are advised MADV_HUGEPAGE instead, for khugepaged (no further tries). */
+static _Atomic bool collapse_missing;
+
+static region_thp_outcome_t thp_do(region_range_t *c) {
+  void *p = (char *)c->region + (size_t)c->range * HUGE_PAGE_SIZE;
+  if (c->unadvise) {
+    os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
+    return THP_NOT_DONE;
+  }
+  if (!region_thp_still_dense(c)) return THP_NOT_DONE;
+  size_t pages = os_resident_pages(p, HUGE_PAGE_SIZE);
+  c->pages = (uint16_t)(pages + 1);
+  if (pages < THP_MIN_RESIDENT_PAGES || c->pages != c->seen_pages || c->used != c->seen_used)
+    return THP_NOT_DONE; /* not dense, or still changing: looked at again later */
+  bool missing = hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed);
+  switch (os_collapse(p, HUGE_PAGE_SIZE, missing)) {
+  case OS_COLLAPSED:
+    atomic_fetch_add_explicit(&hak_gstats.thp_collapsed, 1, memory_order_relaxed);
+    return THP_COLLAPSED;
+  case OS_COLLAPSE_ADVISED:
+    atomic_fetch_add_explicit(&hak_gstats.thp_failed, 1, memory_order_relaxed);
+    if (!os_thp_allowed()) { /* PR_SET_THP_DISABLE since the pass began */
+      os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
+      return THP_NOT_DONE;
+    }
+    atomic_store_explicit(&collapse_missing, true, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_gstats.thp_advised, 1, memory_order_relaxed);
+    return THP_ADVISED;
+  case OS_COLLAPSE_FAILED: /* no free huge page now (EAGAIN, ENOMEM): later, maybe */
+    atomic_fetch_add_explicit(&hak_gstats.thp_failed, 1, memory_order_relaxed);
+    return THP_NOT_DONE;
+  }
+  return THP_NOT_DONE;
+}
+
+size_t thp_pass(uint64_t now_ms) {
+  if (!hak_opt.thp) return 0;
+  bool allowed = os_thp_allowed();
+  region_range_t c[THP_BATCH];
+  region_thp_outcome_t out[THP_BATCH];
+  pthread_mutex_lock(&region_lock);
+  size_t n = region_thp_candidates((uint32_t)now_ms, allowed && region_thp_min_in_use(THP_MIN_IN_USE),
+                                   c, THP_BATCH);
+  pthread_mutex_unlock(&region_lock);
+  size_t collapsed = 0;
+  for (size_t i = 0; i < n; i++) {
+    out[i] = thp_do(&c[i]);
+    collapsed += out[i] == THP_COLLAPSED;
+  }
+  if (n == 0) return 0;
+  pthread_mutex_lock(&region_lock);
+  for (size_t i = 0; i < n; i++) region_thp_done(&c[i], out[i], (uint32_t)now_ms);
+  pthread_mutex_unlock(&region_lock);
+  return collapsed;
+}
