@@ -29,6 +29,7 @@ SOURCES = {
     "huge": "huge_bench.c",
     "memory_behaviour": "memory_behaviour.c",
     "class_shift": "class_shift.c",
+    "tier_shift": "tier_shift.c",
     "heap_requests": "heap_requests.c",
     "fastpath_loop": "fastpath_loop.c",
     "pointer_chase": "pointer_chase.c",  # a large-heap program (bigheap.py)
@@ -137,6 +138,11 @@ BENCHMARKS = [
     # Per-request heaps, 500 blocks of 16 B-4 KiB each: made and destroyed whole with the
     # allocator's own heap API where the workload finds one (hakmem, mimalloc), else
     # (and in the _malloc row, for every allocator) malloc and free of every block.
+    # Freed small and mid blocks, then huge ones at once: is the freed memory still resident?
+    Benchmark("tier_shift", "tier_shift",
+              {"smoke": {"mib": 16, "huge": 8}, "quick": {"mib": 256, "huge": 64},
+               "full": {"mib": 512, "huge": 64}},
+              lambda s, t: [s["mib"], s["huge"], 3, 1]),
     Benchmark("heap_requests", "heap_requests",
               {"smoke": {"requests": 100}, "quick": {"requests": 10_000}, "full": {"requests": 40_000}},
               lambda s, t: ["heap", s["requests"], 500, 16, 4096, 1]),

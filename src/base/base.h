@@ -267,6 +267,11 @@ int os_thread_id(void);
 /* pthread_atfork without libc_nonshared's stub, which the link puts after the cold code
  * (CMakeLists.txt: the link order). */
 int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* The cgroup v2 memory.max that bounds this process (the lowest of its cgroup and their
+ * parents'), 0 where there is none or it cannot be read. */
+uint64_t os_cgroup_memory_max(void);
+/* Resident anonymous memory of the process as the kernel counts it (RssAnon), 0 if unknown. */
+uint64_t os_rss_anon(void);
 /* Every os_purge: the madvise(MADV_DONTNEED) calls and the bytes they covered (relaxed). */
 extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 
@@ -286,7 +291,16 @@ typedef struct hak_options {
   long prof_peak_step;  /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
   const char *prof_prefix; /* HAKMEM_PROF_PREFIX: files are prefix.<pid>[.what].heap */
   const char *stats_file; /* HAKMEM_STATS_FILE: the report at exit there (%p: the pid) */
+  /* Memory limits (space/limit.c), bytes of total.committed, 0 for none: written at
+   * start-up and by hak_ctl_set, read with relaxed atomics on the slow paths that commit. */
+  long limit_soft;        /* HAKMEM_LIMIT_SOFT: above it, free memory goes back first */
+  long limit_hard;        /* HAKMEM_LIMIT_HARD: past it, allocation fails (ENOMEM) */
+  bool limit_from_cgroup; /* HAKMEM_LIMIT_FROM_CGROUP: soft just below memory.max */
 } hak_options_t;
+/* What a limit takes: 0 (none), or 1 MiB .. 2^50 bytes. */
+#define LIMIT_MIN ((uint64_t)1 << 20)
+#define LIMIT_MAX ((uint64_t)1 << 50)
+hak_inline bool limit_value_ok(uint64_t v) { return v == 0 || (v >= LIMIT_MIN && v <= LIMIT_MAX); }
 extern hak_options_t hak_opt;
 /* Where the report at exit goes: HAKMEM_STATS_FILE opened afresh (*own_file: a file of
  * this process's own, its name has %p), else the stderr the process started with (a

@@ -41,7 +41,7 @@ static const char *option_value(const char *name) { return secure_getenv(name); 
 /* Every option: its name, what it takes (the words of its message and of its ctl name's
  * description) and where it goes. A number takes min .. max, and -1 too where
  * minus_one is set. */
-enum kind { K_NUMBER, K_SWITCH, K_STATS, K_BACKGROUND, K_THP, K_TEXT };
+enum kind { K_NUMBER, K_BYTES, K_SWITCH, K_STATS, K_BACKGROUND, K_THP, K_TEXT };
 typedef struct option {
   const char *name, *takes;
   uint8_t kind;
@@ -51,6 +51,7 @@ typedef struct option {
 } option_t;
 
 #define SWITCH_VALUES "1/0, true/false, yes/no or on/off"
+#define LIMIT_VALUES "0 (none) or 1M .. 2^50 bytes, with K, M, G or T for 2^10, 2^20, 2^30, 2^40"
 /* HAKMEM_FAULT is os.c's (injected failures, Debug builds): known here, so that it is not
  * reported as a misspelling, and reported as ignored in a release build. */
 static const char *fault_option;
@@ -66,6 +67,9 @@ static const option_t options[] = {
     {"HAKMEM_PROF_PREFIX", "a path prefix", K_TEXT, false, 0, 0, &hak_opt.prof_prefix},
     {"HAKMEM_PROF_PEAK_STEP", "0 .. 2^50", K_NUMBER, false, 0, 1L << 50, &hak_opt.prof_peak_step},
     {"HAKMEM_PROF_LEAKS", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.prof_leaks},
+    {"HAKMEM_LIMIT_SOFT", LIMIT_VALUES, K_BYTES, false, 0, 0, &hak_opt.limit_soft},
+    {"HAKMEM_LIMIT_HARD", LIMIT_VALUES, K_BYTES, false, 0, 0, &hak_opt.limit_hard},
+    {"HAKMEM_LIMIT_FROM_CGROUP", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.limit_from_cgroup},
     {"HAKMEM_FAULT", "a list of failures to inject", K_TEXT, false, 0, 0, &fault_option},
 };
 #define OPTION_COUNT (sizeof options / sizeof options[0])
@@ -77,6 +81,27 @@ static bool parse_number(const option_t *o, const char *v, long *out) {
   if (end == v || *end != '\0' || errno == ERANGE) return false;
   if (!(x >= o->min && x <= o->max) && !(o->minus_one && x == -1)) return false;
   *out = x;
+  return true;
+}
+
+/* Decimal bytes with an optional binary suffix (K, M, G, T, either case): "64M". */
+static bool parse_bytes(const char *v, long *out) {
+  char *end;
+  errno = 0;
+  if (*v < '0' || *v > '9') return false; /* no sign, no space */
+  unsigned long long x = strtoull(v, &end, 10);
+  if (end == v || errno == ERANGE) return false;
+  static const char suffixes[] = "KMGT";
+  if (*end != '\0') {
+    char c = (char)(*end & ~0x20); /* upper case */
+    const char *at = c != '\0' ? strchr(suffixes, c) : NULL;
+    if (at == NULL || end[1] != '\0') return false;
+    unsigned shift = 10 * (unsigned)(at - suffixes + 1);
+    if (x > (LIMIT_MAX >> shift)) return false;
+    x <<= shift;
+  }
+  if (!limit_value_ok(x)) return false;
+  *out = (long)x;
   return true;
 }
 
@@ -98,6 +123,7 @@ static bool read_option(const option_t *o) {
   if (ok) {
     switch ((enum kind)o->kind) {
     case K_NUMBER: ok = parse_number(o, v, o->to); break;
+    case K_BYTES: ok = parse_bytes(v, o->to); break;
     case K_SWITCH: ok = parse_switch(v, o->to); break;
     case K_STATS: /* json is read by stats_json.c */
       if (strcasecmp(v, "json") == 0) hak_opt.stats_json = true;

@@ -78,7 +78,16 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   /* Whole chunks, so no foreign mapping ever shares one with a huge block. */
   size_t map_size = round_up(off + n, REGION_SIZE);
   uintptr_t base = 0;
-  bool fresh = true;
+  bool fresh = true, admitted;
+  /* Before a kept mapping is taken: over a limit, kept ones go back first. */
+  size_t pages = round_up(off + n, os_page_size()); /* what the block can make resident */
+  limit_give_back(pages, false);
+  size_t held = limit_admit_huge(pages, &admitted);
+  if (!admitted && limit_give_back(pages, true)) held = limit_admit_huge(pages, &admitted);
+  if (!admitted) {
+    errno = ENOMEM;
+    return NULL;
+  }
   if (map_size <= HUGE_KEEP_MAX) {
     pthread_mutex_lock(&region_lock);
     base = purge_take_huge(map_size, off, align);
@@ -98,6 +107,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   }
   if (base == 0 || ((base + map_size - 1) >> ADDRESS_BITS) != 0) {
     if (base) os_unmap((void *)base, map_size);
+    limit_settle(held);
     errno = ENOMEM;
     return NULL;
   }
@@ -106,6 +116,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   if (old_guard != guard) {
     if (old_guard == UINTPTR_MAX || (old_guard != 0 && !huge_guard(base, map_size, old_guard, false))) {
       huge_unmap(base, map_size); /* a kept mapping with a guard that cannot go */
+      limit_settle(held);
       errno = ENOMEM;
       return NULL;
     }
@@ -123,6 +134,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   purge_note_huge((ptrdiff_t)huge_resident(h));
   pthread_mutex_unlock(&region_lock);
   atomic_fetch_add_explicit(&hak_gstats.huge_mapped, map_size, memory_order_relaxed);
+  limit_settle(held);
   atomic_fetch_add_explicit(&hak_gstats.huge_allocs, 1, memory_order_relaxed);
   stats_note_in_use();
   if (zero && !fresh) memset((void *)user, 0, n); /* fresh mappings are zero */
@@ -305,18 +317,17 @@ static void *huge_remap(void *p, size_t n) {
     atomic_fetch_sub_explicit(&hak_gstats.huge_mapped, old_size - new_size, memory_order_relaxed);
     return p;
   }
-  void *target = os_remap((void *)base, old_size, new_size, NULL);
+  bool admitted;
+  size_t held = limit_admit_huge(new_size - old_size, &admitted);
+  if (!admitted && limit_give_back(new_size - old_size, true)) held = limit_admit_huge(new_size - old_size, &admitted);
+  void *target = admitted ? os_remap((void *)base, old_size, new_size, NULL) : NULL;
   if (target == NULL) {
-    void *fresh = os_map_block(new_size, REGION_SIZE, 0);
-    if (fresh == NULL) {
-      huge_guard(base, old_size, old_guard, true);
-      errno = ENOMEM;
-      return NULL;
-    }
-    target = os_remap((void *)base, old_size, new_size, fresh);
+    void *fresh = admitted ? os_map_block(new_size, REGION_SIZE, 0) : NULL;
+    if (fresh != NULL) target = os_remap((void *)base, old_size, new_size, fresh);
     if (target == NULL) {
-      os_unmap(fresh, new_size);
+      if (fresh != NULL) os_unmap(fresh, new_size);
       huge_guard(base, old_size, old_guard, true);
+      limit_settle(held);
       errno = ENOMEM;
       return NULL;
     }
@@ -332,6 +343,7 @@ static void *huge_remap(void *p, size_t n) {
   huge_guard(nb, new_size, huge_guard_at(nb + off, n), true);
   huge_note_resize(old_resident, nh);
   atomic_fetch_add_explicit(&hak_gstats.huge_mapped, new_size - old_size, memory_order_relaxed);
+  limit_settle(held);
   return (void *)(nb + off);
 }
 

@@ -181,9 +181,15 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   }
   size_t counted = s != NULL ? 0 : units * UNIT_SIZE; /* new to the heap */
   if (s == NULL) {
+    limit_give_back(units * UNIT_SIZE, false); /* near a memory limit: heaps give back first */
     pthread_mutex_lock(&region_lock);
     s = span_alloc(units);
     pthread_mutex_unlock(&region_lock);
+    if (s == NULL && limit_give_back(units * UNIT_SIZE, true)) {
+      pthread_mutex_lock(&region_lock);
+      s = span_alloc(units);
+      pthread_mutex_unlock(&region_lock);
+    }
     if (s == NULL) {
       errno = ENOMEM;
       return NULL;

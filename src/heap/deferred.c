@@ -142,7 +142,9 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
     h->next_block_purge_ms = now + purge_period_ms();
     heap_purge_free_blocks(h, false);
   }
-  if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
+  /* Over a memory limit the cached spans go back at once (limit.c). */
+  if (h->spans.count)
+    span_cache_flush(h, now, limit_near(0) ? -1 : hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
   /* Only other threads' frees change a full slab: until a first one, there is nothing to
    * find, and a single-threaded program need not walk its full slabs at every pass. */
   if (atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
@@ -168,6 +170,10 @@ void heap_deferred_if_due(hak_heap_t *h) {
   uint64_t now = os_now_ms();
   if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
 }
+
+/* limit.c's limit_reclaim: near a memory limit, what the heaps hold goes back as at
+ * malloc_trim. Called with no lock held. */
+void heap_limit_reclaim(void) { heap_collect(hak_tls_heap, true); }
 
 size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;

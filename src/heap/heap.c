@@ -79,6 +79,8 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   if (s != NULL) {
     slab_init(s, c, heap_owner_word(h));
   } else {
+    /* Near a memory limit, the cached spans go back before a new one is taken. */
+    if (h->spans.count && limit_near((size_t)class_units[c] * UNIT_SIZE)) span_cache_flush(h, os_now_ms(), -1);
     pthread_mutex_lock(&region_lock);
     s = user ? NULL : heap_adopt_locked(h, c);
     if (s == NULL) {
@@ -151,6 +153,12 @@ void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
   pthread_mutex_lock(&h->lock);
   hak_slab_t *s = heap_refill_locked(h, c);
   pthread_mutex_unlock(&h->lock);
+  /* Refused at the hard limit: what heaps hold goes back, and one more try. */
+  if (hak_unlikely(s == NULL) && limit_give_back((size_t)class_units[c] * UNIT_SIZE, true)) {
+    pthread_mutex_lock(&h->lock);
+    s = heap_refill_locked(h, c);
+    pthread_mutex_unlock(&h->lock);
+  }
   if (s == NULL) {
     errno = ENOMEM;
     return NULL;

@@ -63,6 +63,7 @@ void heap_atfork_child(void);
 /* ---- deferred.c: a heap's periodic work, and trimming --------------------------- */
 void heap_deferred_if_due(hak_heap_t *h); /* on a path slow enough to read the clock */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim: returns bytes given back */
+void heap_limit_reclaim(void); /* limit.c's limit_reclaim: heap_collect of this thread's heap */
 /* The purge thread's work on an idle heap (h->lock held): old cached
  * spans go, pending chains are pushed and heads with no block out uncarved, if the owner
  * is provably asleep; returns the uncarved slabs (in *uncarved, at most NUM_CLASSES),

@@ -138,8 +138,10 @@ static huge_kept_t kept_take(uint32_t i) {
   return k;
 }
 
+size_t purge_huge_in_use(void) { return __atomic_load_n(&huge_used, __ATOMIC_RELAXED); }
+
 void purge_note_huge(ptrdiff_t in_use) {
-  huge_used += (size_t)in_use;
+  __atomic_store_n(&huge_used, huge_used + (size_t)in_use, __ATOMIC_RELAXED); /* limit.c reads it */
   note_peak(in_use > 0 ? (size_t)in_use : 0);
   if (in_use > 0 && hak_opt.purge_delay_ms > 0) purge_to_budget();
 }

@@ -250,6 +250,7 @@ void purge_to_budget(void);
 bool purge_budget_allows(size_t bytes); /* may `bytes` more free memory stay resident? */
 void purge_schedule(uint64_t due_ms);   /* a time by which the purge pass must run */
 void purge_note_huge(ptrdiff_t in_use); /* a huge block's bytes in use changed by this */
+size_t purge_huge_in_use(void); /* the live huge blocks' pages that may be resident */
 size_t purge_pass_background(uint64_t now_ms); /* purge_pass without a syscall under the lock */
 bool purge_pass_due(uint64_t now_ms);          /* has it work now? caller holds region_lock */
 bool purge_wait(uint64_t max_ms); /* until the pass is due, or max_ms; the purge thread's;
@@ -280,6 +281,28 @@ void span_free(hak_slab_t *s, uint64_t now_ms);
 void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms);
 bool span_grow(hak_slab_t *s, size_t new_units); /* in place, or false */
 void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
+
+/* ---- limit.c: the soft and hard limits on committed memory (hak_opt.limit_*) ----- */
+extern _Atomic uint64_t limit_refused;    /* allocations refused at the hard limit */
+extern _Atomic uint64_t limit_give_backs; /* purges of all free memory the limits forced */
+size_t limit_committed(void); /* what the limits compare (limit.committed) */
+bool limit_near(size_t bytes); /* would `bytes` more pass the lower limit set? */
+/* May `bytes` more be committed? Over the lower limit, free memory goes back first.
+ * Caller holds region_lock. */
+bool limit_admit(size_t bytes);
+/* The same for a huge mapping, taking region_lock: the bytes held until limit_settle
+ * (once huge_mapped counts them, or the mapping failed), 0 if none; *ok: admitted. */
+size_t limit_admit_huge(size_t bytes, bool *ok);
+void limit_settle(size_t held);
+/* The heap layer's: gives back what heaps hold (api/init.c sets it). With no lock held,
+ * before `bytes` more are committed: near a limit, limit_reclaim runs (for a span at
+ * most once per DEFERRED_PERIOD_MS), or, `refused` at the hard limit, always. True: it ran, so that
+ * a refused allocation is worth one more try. */
+extern void (*limit_reclaim)(void);
+bool limit_give_back(size_t bytes, bool refused);
+bool limit_from_cgroup(void); /* soft just below memory.max; false: no limit found */
+int limit_set(int which, uint64_t v); /* ctl: 0 soft, 1 hard, 2 from_cgroup; 0 or -EINVAL */
+uint64_t limit_value(int which); /* ctl: those, then committed, give_backs, refused */
 
 #pragma GCC visibility pop
 

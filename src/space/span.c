@@ -1,9 +1,11 @@
 /* Spans taken and given back: the only way above region.c, so that the purge budget
- * (purge.c) sees every change of the memory in use. The caller holds region_lock. */
+ * (purge.c) sees every change of the memory in use, and the limits (limit.c) every
+ * span that may commit memory. The caller holds region_lock. */
 
 #include "space/space.h"
 
 hak_slab_t *span_alloc(size_t units) {
+  if (!limit_admit(units * UNIT_SIZE)) return NULL;
   bool fresh;
   hak_slab_t *s = region_alloc_span(units, &fresh);
   if (s == NULL) return NULL;
@@ -19,6 +21,7 @@ void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
 }
 
 bool span_grow(hak_slab_t *s, size_t new_units) {
+  if (new_units > s->units && !limit_admit((new_units - s->units) * UNIT_SIZE)) return false;
   if (region_grow_span(s, new_units) == 0) return false;
   purge_note_span_taken(new_units * UNIT_SIZE, false);
   return true;

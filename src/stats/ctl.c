@@ -28,7 +28,8 @@ enum figure {
   F_OPT_PURGE_DELAY, F_OPT_REGION_CACHE, F_OPT_THP, F_OPT_STATS, F_OPT_BACKGROUND,
   F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND,
   F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
-  F_OS_UNMAP_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
+  F_OS_UNMAP_REFUSED, F_OS_RSS_ANON, F_LIMIT_SOFT, F_LIMIT_HARD, F_LIMIT_CGROUP, F_LIMIT_COMMITTED,
+  F_LIMIT_GIVE_BACKS, F_LIMIT_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
 };
 
 /* Which classes a figure needs walked. */
@@ -205,6 +206,18 @@ static const ctl_entry_t table[] = {
     {{"os.unmap_refused_bytes", "bytes",
       "bytes the kernel refused to unmap (ENOMEM at vm.max_map_count): left mapped, their "
       "pages given back", U, X, RO}, F_OS_UNMAP_REFUSED, W_NONE},
+    {{"os.rss_anon", "bytes", "resident anonymous memory of the process as the kernel counts it (RssAnon): the "
+      "heap's resident pages, as memory.max counts them, and other anonymous memory", U, A, RO}, F_OS_RSS_ANON, W_NONE},
+    {{"limit.soft", "bytes", "HAKMEM_LIMIT_SOFT, 0 none: past it, free memory goes back before more is committed; "
+      "takes 0 or 2^20 .. 2^50", U, X, RW}, F_LIMIT_SOFT, W_NONE}, {{"limit.hard", "bytes", "HAKMEM_LIMIT_HARD, "
+      "0 none: an allocation that would commit memory past it fails with ENOMEM; takes 0 or 2^20 .. 2^50",
+      U, X, RW}, F_LIMIT_HARD, W_NONE},
+    {{"limit.from_cgroup", "0/1", "1: limit.soft set just below the cgroup v2 memory.max (HAKMEM_LIMIT_FROM_CGROUP); "
+      "takes 0, or 1: set it now (reads 0 where none bounds the process)", U, X, RW}, F_LIMIT_CGROUP, W_NONE},
+    {{"limit.committed", "bytes", "what the limits compare, as the kernel counts resident pages: region memory that "
+      "may be resident, live huge blocks' pages up to their size", U, A, RO}, F_LIMIT_COMMITTED, W_NONE},
+    {{"limit.give_backs", "purges", "purges of all free memory that a limit forced", U, X, RO}, F_LIMIT_GIVE_BACKS, W_NONE},
+    {{"limit.refused", "allocations", "allocations refused (ENOMEM) at the hard limit", U, X, RO}, F_LIMIT_REFUSED, W_NONE},
     {{"debug.faults", "calls",
       "OS calls failed on purpose (HAKMEM_FAULT, Debug builds; 0 elsewhere); takes 0: no "
       "more failures, 1: HAKMEM_FAULT's call numbers counted from now", U, X, RW}, F_DEBUG_FAULTS, W_NONE},
@@ -270,7 +283,6 @@ static uint64_t relaxed(_Atomic uint64_t *v) {
 static uint64_t relaxed_size(_Atomic size_t *v) {
   return atomic_load_explicit(v, memory_order_relaxed);
 }
-
 static void walk_for(const ctl_entry_t *e, uint32_t cls, stats_walk_t *w) {
   switch (e->walk) {
   case W_ALL: stats_walk(w, 0, NUM_CLASSES); break;
@@ -280,9 +292,7 @@ static void walk_for(const ctl_entry_t *e, uint32_t cls, stats_walk_t *w) {
   default: break;
   }
 }
-
 typedef struct tier_sum { uint64_t blocks, bytes, slabs; } tier_sum_t;
-
 static tier_sum_t tier_sum(const stats_walk_t *w, uint32_t first, uint32_t end) {
   tier_sum_t t = {0, 0, 0};
   for (uint32_t c = first; c < end; c++) {
@@ -374,6 +384,9 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_CHECKER_MEMCHECK: return hak_checker == CHECKER_MEMCHECK;
   case F_CHECKER_SANITIZER: return hak_checker == CHECKER_SANITIZER;
   case F_OS_UNMAP_REFUSED: return relaxed(&os_kept_bytes);
+  case F_OS_RSS_ANON: return os_rss_anon();
+  case F_LIMIT_SOFT: case F_LIMIT_HARD: case F_LIMIT_CGROUP: case F_LIMIT_COMMITTED:
+  case F_LIMIT_GIVE_BACKS: case F_LIMIT_REFUSED: return limit_value(e->figure - F_LIMIT_SOFT);
   case F_DEBUG_FAULTS: return os_fault_count(true);
   case F_DEBUG_FAULT_CALLS: return os_fault_count(false);
   }
@@ -475,6 +488,7 @@ hak_export int hak_ctl_set(const char *name, const void *in, size_t len) {
     __atomic_store_n(&hak_opt.stats, u == 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hak_opt.stats_json, u == 2, __ATOMIC_RELAXED);
     return 0;
+  case F_LIMIT_SOFT: case F_LIMIT_HARD: case F_LIMIT_CGROUP: return limit_set(e->figure - F_LIMIT_SOFT, u);
   case F_DEBUG_FAULTS:
     if (u > 1) return -EINVAL;
     if (!HAKMEM_DEBUG) return u == 0 ? 0 : -EPERM; /* no failures to stop; none to arm */

@@ -202,6 +202,10 @@ void stats_print(FILE *f) {
   out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB (%.2f purged, %.2f unmapped)\n",
       mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released),
       mib(atomic_load(&hak_gstats.purged_bytes)), mib(atomic_load(&hak_gstats.released_bytes)));
+  out(f, "  limits: soft %.2f MiB, hard %.2f MiB (0: none), %llu give-backs, %llu allocations refused; resident anonymous memory (the kernel's count) %.2f MiB\n",
+      mib((size_t)hak_opt.limit_soft), mib((size_t)hak_opt.limit_hard),
+      (unsigned long long)atomic_load(&limit_give_backs), (unsigned long long)atomic_load(&limit_refused),
+      mib(os_rss_anon()));
   uint64_t started = atomic_load(&hak_gstats.threads_started);
   uint64_t exited = atomic_load(&hak_gstats.threads_exited);
   out(f, "  remote frees: %llu blocks in %llu pushes\n", (unsigned long long)stats_remote_total(true),

@@ -1,7 +1,7 @@
 // Out of memory for real in C++: under an address-space limit, new (std::nothrow)
 // from several threads until nullptr, then plain new must throw std::bad_alloc (not
 // abort, not return null); after freeing half, new works again and every object
-// still holds its value.
+// still holds its value. Mode "hard": hakmem's hard limit (limit.hard) instead.
 #include <new>
 #include <thread>
 #include <vector>
@@ -40,6 +40,7 @@ void fill(size_t limit_objs, Obj **slots, size_t *count, bool *threw) {
 int main(int argc, char **argv) {
   tu_seed(argc, argv);
   size_t limit_mib = tu_arg_u64(argc, argv, 2, 256);
+  bool hard = argc > 3 && strcmp(argv[3], "hard") == 0;
   Obj **slots[kThreads];
   for (auto &s : slots) {
     s = static_cast<Obj **>(mmap(nullptr, kMax * sizeof(Obj *), PROT_READ | PROT_WRITE,
@@ -49,7 +50,14 @@ int main(int argc, char **argv) {
   delete new int; // hakmem set up before the limit
   std::vector<std::thread> ts;
   ts.reserve(kThreads);
-  REQUIRE(tu_limit_address_space(limit_mib << 20), "setrlimit");
+  uint64_t hard_limit = 0, refused = 0;
+  if (hard) {
+    REQUIRE(hak_stats_get("limit.committed", &hard_limit) == 0, "limit.committed");
+    hard_limit += static_cast<uint64_t>(limit_mib) << 20;
+    REQUIRE(hak_ctl_set("limit.hard", &hard_limit, 8) == 0, "limit.hard");
+  } else {
+    REQUIRE(tu_limit_address_space(limit_mib << 20), "setrlimit");
+  }
   size_t counts[kThreads];
   bool threw[kThreads];
   for (int i = 0; i < kThreads; i++) ts.emplace_back(fill, kMax, slots[i], &counts[i], &threw[i]);
@@ -74,6 +82,14 @@ int main(int argc, char **argv) {
     }
   }
   CHECK(again > 0, "nothing could be allocated after freeing half");
+  if (hard) {
+    uint64_t committed = 0;
+    REQUIRE(hak_stats_get("limit.committed", &committed) == 0 && hak_stats_get("limit.refused", &refused) == 0,
+            "limit figures");
+    CHECK(committed <= hard_limit + (64 << 10), "%" PRIu64 " bytes committed past the hard limit %" PRIu64,
+          committed, hard_limit);
+    CHECK(refused > 0, "the nulls were not the hard limit's");
+  }
   for (int i = 0; i < kThreads; i++)
     for (size_t k = 0; k < counts[i]; k++) {
       Obj *o = slots[i][k];

@@ -1,11 +1,14 @@
 /* Out of memory for real: an address-space limit (RLIMIT_AS) of what the process maps
- * now plus LIMIT_MIB, then, tier by tier, four threads allocate until NULL at once.
+ * now plus LIMIT_MIB, or (mode "hard") hakmem's own hard limit (limit.hard) of what it
+ * has committed now plus LIMIT_MIB, then, tier by tier, four threads allocate until
+ * NULL at once.
  * Every NULL must come with errno = ENOMEM (posix_memalign: its return value); then
  * each thread frees every other block and must allocate again, and every live block
  * must still hold its pattern. A realloc growing a block until NULL must leave the
- * block as it was.
+ * block as it was. Under the hard limit, committed memory must never pass it, and
+ * every NULL must be one the limit refused.
  *
- * Usage: oom_rlimit [seed] [limit MiB] */
+ * Usage: oom_rlimit [seed] [limit MiB] [rlimit|hard] */
 #include <malloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -124,9 +127,28 @@ static void realloc_growth(void) {
   free(p);
 }
 
+static uint64_t stat_of(const char *name) {
+  uint64_t v = 0;
+  REQUIRE(hak_stats_get(name, &v) == 0, "hak_stats_get(%s)", name);
+  return v;
+}
+
+/* Under the hard limit: committed memory stayed under it (a new region's header pages
+ * are counted after its first span is admitted), and it refused something. */
+static uint64_t hard_limit, refused_before;
+static void check_hard_limit(const char *what) {
+  if (hard_limit == 0) return;
+  uint64_t committed = stat_of("limit.committed"), refused = stat_of("limit.refused");
+  CHECK(committed <= hard_limit + (64 << 10), "%s: %" PRIu64 " bytes committed past the hard limit %" PRIu64,
+        what, committed, hard_limit);
+  CHECK(refused > refused_before, "%s: the NULLs were not the hard limit's", what);
+  refused_before = refused;
+}
+
 int main(int argc, char **argv) {
   tu_seed(argc, argv);
   size_t limit_mib = tu_arg_u64(argc, argv, 2, 512);
+  bool hard = argc > 3 && strcmp(argv[3], "hard") == 0;
   static worker_t ws[THREADS];
   for (int i = 0; i < THREADS; i++) {
     ws[i].blocks = mmap(NULL, MAX_BLOCKS * sizeof(void *), PROT_READ | PROT_WRITE,
@@ -134,7 +156,13 @@ int main(int argc, char **argv) {
     REQUIRE(ws[i].blocks != MAP_FAILED, "mmap for the block tables");
   }
   free(malloc(1)); /* hakmem set up (its reservations) before the limit */
-  REQUIRE(tu_limit_address_space(limit_mib << 20), "setrlimit");
+  if (hard) {
+    hard_limit = stat_of("limit.committed") + ((uint64_t)limit_mib << 20);
+    REQUIRE(hak_ctl_set("limit.hard", &hard_limit, 8) == 0, "limit.hard = %" PRIu64, hard_limit);
+    refused_before = stat_of("limit.refused");
+  } else {
+    REQUIRE(tu_limit_address_space(limit_mib << 20), "setrlimit");
+  }
   for (size_t k = 0; k < sizeof tiers / sizeof tiers[0]; k++) {
     size_t total = 0, again = 0;
     for (int i = 0; i < THREADS; i++) {
@@ -148,10 +176,12 @@ int main(int argc, char **argv) {
       again += ws[i].again;
     }
     CHECK(again > 0, "%s: nothing could be allocated after freeing half", tiers[k].name);
+    check_hard_limit(tiers[k].name);
     printf("%-15s %zu blocks until NULL (%zu MiB), %zu again after freeing half\n", tiers[k].name, total,
            total * tiers[k].size >> 20, again);
   }
   realloc_growth();
+  check_hard_limit("realloc growth");
   void *p = malloc(100); /* and normal service afterwards */
   CHECK(p != NULL, "malloc(100) after it all");
   free(p);
