@@ -68,7 +68,8 @@ void hak_process_init(void) {
   checkers_at_start(); /* before any call a sanitizer intercepts */
   options_init();
   limit_reclaim = heap_limit_reclaim; /* near a memory limit, heaps give back */
-  if (hak_opt.limit_from_cgroup) hak_opt.limit_from_cgroup = limit_from_cgroup();
+  /* The switch stays as set; limit.soft says what it found. */
+  if (hak_opt.limit_from_cgroup) limit_from_cgroup();
   size_class_init();
   hak_cookie = random_word();
   hak_list_key = random_word();

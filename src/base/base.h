@@ -267,6 +267,8 @@ int os_thread_id(void);
 /* pthread_atfork without libc_nonshared's stub, which the link puts after the cold code
  * (CMakeLists.txt: the link order). */
 int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* A small /proc or /sys file read whole into buf (NUL-terminated); 0 if not. */
+size_t os_read_proc(const char *path, char *buf, size_t size);
 /* The cgroup v2 memory.max that bounds this process (the lowest of its cgroup and their
  * parents'), 0 where there is none or it cannot be read. */
 uint64_t os_cgroup_memory_max(void);

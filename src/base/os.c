@@ -10,7 +10,6 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -296,15 +295,6 @@ void os_set_huge_pages(void *p, size_t size, bool enable) {
   errno = saved;
 }
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25 /* Linux 6.1 */
-#endif
-#ifndef PR_GET_THP_DISABLE
-#define PR_GET_THP_DISABLE 42
-#endif
-
-/* `never` in sysfs is read once (MADV_COLLAPSE would ignore it); the prctl, which a
- * program may set at any time (Redis does, at start-up), at every call. */
 /* The system's THP mode, read once: never (or no THP in this kernel), madvise, always.
  * Every process asks it when it maps its first region, so the file's name and the words
  * are immediates, not strings: a string would map the library's read-only data, unwind
@@ -337,47 +327,6 @@ os_thp_mode_t os_thp_mode(void) {
     errno = saved;
   }
   return (os_thp_mode_t)m;
-}
-
-bool os_thp_allowed(void) {
-  if (os_thp_mode() == OS_THP_NEVER) return false;
-  int saved = errno;
-  bool allowed = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0;
-  errno = saved;
-  return allowed;
-}
-
-size_t os_resident_pages(void *p, size_t size) {
-  unsigned char vec[HUGE_PAGE_SIZE / 4096];
-  size_t pages = size / os_page_size(), resident = 0;
-  if (pages > sizeof vec) pages = sizeof vec;
-  int saved = errno;
-  if (mincore(p, pages * os_page_size(), vec) == 0)
-    for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
-  errno = saved;
-  return resident;
-}
-
-os_collapse_t os_collapse(void *p, size_t size, bool fail) {
-  int saved = errno;
-  os_collapse_t how = OS_COLLAPSED;
-  /* A range without advice (THP `madvise`: regions are left so) is collapsed as it is.
-   * MADV_COLLAPSE refuses one advised MADV_NOHUGEPAGE (EINVAL, as a kernel without it
-   * does): the advice is then lifted for the call and put back after, so that later
-   * faults there stay small (no compaction on a fault) and the mapping's pieces merge
-   * again. Changing the advice splits the mapping, and every fault in it waits for that,
-   * which is why it is the second try. */
-  int rc = fail ? (errno = EINVAL, -1) : madvise(p, size, MADV_COLLAPSE);
-  if (rc != 0 && errno == EINVAL) {
-    madvise(p, size, MADV_HUGEPAGE);
-    rc = fail ? (errno = EINVAL, -1) : madvise(p, size, MADV_COLLAPSE);
-    if (rc != 0) how = errno == EINVAL ? OS_COLLAPSE_ADVISED : OS_COLLAPSE_FAILED;
-    if (how != OS_COLLAPSE_ADVISED) madvise(p, size, MADV_NOHUGEPAGE);
-  } else if (rc != 0) {
-    how = OS_COLLAPSE_FAILED;
-  }
-  errno = saved;
-  return how;
 }
 
 /* Grows a mapping where it is, or (to != NULL) moves its pages to `to`, a mapping of
@@ -432,7 +381,7 @@ uint64_t os_now_ms(void) {
 }
 
 /* Reads a small /proc file whole, with no allocation; 0 on failure. */
-static size_t read_proc(const char *path, char *buf, size_t size) {
+size_t os_read_proc(const char *path, char *buf, size_t size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   ssize_t n = read(fd, buf, size - 1);
@@ -452,11 +401,11 @@ bool os_thread_asleep(int tid, uint64_t *mark) {
   end += hak_fmt_dec(end, (uint64_t)tid);
   memcpy(path, "/proc/self/task/", sizeof "/proc/self/task/" - 1);
   memcpy(end, "/schedstat", sizeof "/schedstat");
-  if (read_proc(path, buf, sizeof buf) == 0) return false;
+  if (os_read_proc(path, buf, sizeof buf) == 0) return false;
   uint64_t ran = 0;
   for (const char *c = buf; *c >= '0' && *c <= '9'; c++) ran = ran * 10 + (uint64_t)(*c - '0');
   memcpy(end, "/stat", sizeof "/stat");
-  if (read_proc(path, buf, sizeof buf) == 0) return false;
+  if (os_read_proc(path, buf, sizeof buf) == 0) return false;
   const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
   if (paren == NULL || paren[1] != ' ' || paren[2] != 'S') return false;
   *mark = ran;
@@ -487,61 +436,3 @@ int os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) 
   return pthread_atfork(prepare, parent, child);
 }
 #endif
-
-/* The decimal number after `key` in text, or 0 (never a negative, never past 2^64). */
-static uint64_t number_after(const char *text, const char *key) {
-  const char *at = strstr(text, key);
-  if (at == NULL) return 0;
-  at += strlen(key);
-  while (*at == ' ' || *at == '\t') at++;
-  uint64_t v = 0;
-  for (; *at >= '0' && *at <= '9' && v < UINT64_MAX / 10; at++) v = v * 10 + (uint64_t)(*at - '0');
-  return v;
-}
-
-uint64_t os_rss_anon(void) {
-  char buf[4096];
-  int saved = errno;
-  size_t n = read_proc("/proc/self/status", buf, sizeof buf);
-  errno = saved;
-  return n == 0 ? 0 : number_after(buf, "\nRssAnon:") * 1024;
-}
-
-/* cgroup v2: /proc/self/cgroup has the line "0::/path"; each directory from
- * /sys/fs/cgroup/path up to the root may hold a memory.max ("max" or bytes), and the
- * lowest one is what bounds the process. */
-static uint64_t cgroup_memory_max(void);
-uint64_t os_cgroup_memory_max(void) {
-  int saved = errno;
-  uint64_t v = cgroup_memory_max();
-  errno = saved;
-  return v;
-}
-
-static uint64_t cgroup_memory_max(void) {
-  /* cgroup2 mounted there, or (the hybrid layout) at its unified/ */
-  char line[4096], path[sizeof "/sys/fs/cgroup/unified" + sizeof line + 16];
-  const char *root = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? "/sys/fs/cgroup"
-                                                                            : "/sys/fs/cgroup/unified";
-  size_t root_len = strlen(root);
-  if (read_proc("/proc/self/cgroup", line, sizeof line) == 0) return 0;
-  const char *at = strncmp(line, "0::/", 4) == 0 ? line + 3 : strstr(line, "\n0::/");
-  if (at == NULL) return 0;
-  if (*at == '\n') at += 4;
-  size_t len = strcspn(at, "\n");
-  memcpy(path, root, root_len);
-  memcpy(path + root_len, at, len);
-  len += root_len;
-  uint64_t lowest = 0;
-  for (;;) {
-    while (len > root_len && path[len - 1] == '/') len--;
-    memcpy(path + len, "/memory.max", sizeof "/memory.max");
-    char value[64];
-    if (read_proc(path, value, sizeof value) != 0 && value[0] >= '0' && value[0] <= '9') {
-      uint64_t v = number_after(value, "");
-      if (v != 0 && (lowest == 0 || v < lowest)) lowest = v;
-    }
-    if (len <= root_len) return lowest;
-    while (len > root_len && path[len - 1] != '/') len--; /* the parent */
-  }
-}

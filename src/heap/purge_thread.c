@@ -92,7 +92,7 @@ static size_t purge_thread_pass(uint64_t now) {
   done += purge_pass_background(now);
   /* After purging: a range emptied since is not worth a collapse. Collapses count as
    * work done, so that a growing heap is collapsed at the pass rate. */
-  return done + thp_pass(now) * HUGE_PAGE_SIZE;
+  return done + (thp_pass_wanted() ? thp_pass(now) * HUGE_PAGE_SIZE : 0);
 }
 
 static void *purge_thread_main(void *arg) {

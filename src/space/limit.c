@@ -38,12 +38,12 @@ static size_t limit_line(void) {
   return soft != 0 && (hard == 0 || soft < hard) ? soft : hard;
 }
 
-bool limit_near(size_t bytes) {
+bool limit_near_set(size_t bytes) {
   size_t line = limit_line();
   return line != 0 && limit_committed() + bytes > line;
 }
 
-bool limit_admit(size_t bytes) {
+bool limit_admit_set(size_t bytes) {
   size_t line = limit_line();
   if (hak_likely(line == 0) || limit_committed() + bytes <= line) return true;
   /* Every free unit purged, kept huge blocks unmapped: what is taken next is fresh, so
@@ -73,7 +73,7 @@ void limit_settle(size_t held) {
 void (*limit_reclaim)(void);
 static _Atomic uint64_t next_reclaim_ms;
 
-bool limit_give_back(size_t bytes, bool refused) {
+bool limit_give_back_set(size_t bytes, bool refused) {
   if (limit_reclaim == NULL || !limit_near(bytes)) return false;
   if (refused && load_limit(&hak_opt.limit_hard) == 0) return false;
   /* A huge block costs more to fault in than a trim costs: never put off for one. */

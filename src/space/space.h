@@ -266,6 +266,13 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
 uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
 /* ---- thp.c: which ranges become huge pages (the purge thread's) ------------------ */
 size_t thp_pass(uint64_t now_ms); /* collapses dense ranges; returns how many */
+#define THP_MIN_IN_USE ((size_t)16 << 20) /* in spans, before any range is collapsed */
+/* Has thp_pass anything to do? Asked inline, so that thp.c, cold code, runs only in a
+ * process with a big heap, or with ranges left to khugepaged to advise back. */
+hak_inline bool thp_pass_wanted(void) {
+  return hak_opt.thp && (__atomic_load_n(&region_used_units, __ATOMIC_RELAXED) * UNIT_SIZE >= THP_MIN_IN_USE ||
+                         atomic_load_explicit(&hak_gstats.thp_advised, memory_order_relaxed) != 0);
+}
 
 /* span.c's changes: bytes came into use (fresh: pages that were not resident), or a
  * span freed at freed_ms went back to its region. */
@@ -286,10 +293,19 @@ void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms);
 extern _Atomic uint64_t limit_refused;    /* allocations refused at the hard limit */
 extern _Atomic uint64_t limit_give_backs; /* purges of all free memory the limits forced */
 size_t limit_committed(void); /* what the limits compare (limit.committed) */
-bool limit_near(size_t bytes); /* would `bytes` more pass the lower limit set? */
+/* Is a limit set? Read inline where spans are taken, so that limit.c, cold code, runs
+ * only in a process that set one (CMakeLists.txt: HAKMEM_COLD_SOURCES). */
+hak_inline bool limits_set(void) {
+  return (__atomic_load_n(&hak_opt.limit_soft, __ATOMIC_RELAXED) |
+          __atomic_load_n(&hak_opt.limit_hard, __ATOMIC_RELAXED)) != 0;
+}
+bool limit_near_set(size_t bytes);
+/* Would `bytes` more pass the lower limit set? */
+hak_inline bool limit_near(size_t bytes) { return limits_set() && limit_near_set(bytes); }
 /* May `bytes` more be committed? Over the lower limit, free memory goes back first.
  * Caller holds region_lock. */
-bool limit_admit(size_t bytes);
+bool limit_admit_set(size_t bytes);
+hak_inline bool limit_admit(size_t bytes) { return !limits_set() || limit_admit_set(bytes); }
 /* The same for a huge mapping, taking region_lock: the bytes held until limit_settle
  * (once huge_mapped counts them, or the mapping failed), 0 if none; *ok: admitted. */
 size_t limit_admit_huge(size_t bytes, bool *ok);
@@ -299,7 +315,10 @@ void limit_settle(size_t held);
  * most once per DEFERRED_PERIOD_MS), or, `refused` at the hard limit, always. True: it ran, so that
  * a refused allocation is worth one more try. */
 extern void (*limit_reclaim)(void);
-bool limit_give_back(size_t bytes, bool refused);
+bool limit_give_back_set(size_t bytes, bool refused);
+hak_inline bool limit_give_back(size_t bytes, bool refused) {
+  return limits_set() && limit_give_back_set(bytes, refused);
+}
 bool limit_from_cgroup(void); /* soft just below memory.max; false: no limit found */
 int limit_set(int which, uint64_t v); /* ctl: 0 soft, 1 hard, 2 from_cgroup; 0 or -EINVAL */
 uint64_t limit_value(int which); /* ctl: those, then committed, give_backs, refused */

@@ -13,7 +13,6 @@
 
 #include "space/space.h"
 
-#define THP_MIN_IN_USE ((size_t)16 << 20)
 /* Ranges looked at per pass: a collapse copies 2 MiB (1-4 ms here), and the pass must
  * not keep the purge thread from purging for long. */
 #define THP_BATCH 8

@@ -240,14 +240,17 @@ void stats_print(FILE *f) {
     out(f, "  address space: %llu regions or heap chunks mapped short of 64 MiB (an address-space "
         "limit, ulimit -v)\n", (unsigned long long)short_maps);
   out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
-      "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s\n",
+      "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s limit_soft=%ld "
+      "limit_hard=%ld limit_from_cgroup=%d\n",
       __atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED),
       __atomic_load_n(&hak_opt.region_cache, __ATOMIC_RELAXED), (int)hak_opt.thp,
       __atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED) ? "json"
       : __atomic_load_n(&hak_opt.stats, __ATOMIC_RELAXED)    ? "1" : "0",
       (int)hak_opt.background, (int)hak_opt.prof, hak_opt.prof_rate, hak_opt.prof_peak_step,
       (int)hak_opt.prof_leaks, hak_opt.prof_prefix ? hak_opt.prof_prefix : "(default)",
-      hak_opt.stats_file ? hak_opt.stats_file : "(stderr)");
+      hak_opt.stats_file ? hak_opt.stats_file : "(stderr)",
+      __atomic_load_n(&hak_opt.limit_soft, __ATOMIC_RELAXED),
+      __atomic_load_n(&hak_opt.limit_hard, __ATOMIC_RELAXED), (int)hak_opt.limit_from_cgroup);
   hak_prof_info_t prof;
   hak_prof_get_info(&prof);
   if (prof.table_bytes != 0)

@@ -115,6 +115,13 @@ def walk(tmp, o, defaults):
         below = o["min"] - 1 if not (o["minus_one"] and o["min"] - 1 == -1) else -2
         for v in [str(below), str(o["max"] + 1), "99999999999999999999999", "5x", "x", "0x10", ""]:
             expect_refused(tmp, o, v, defaults)
+    elif kind == "K_BYTES":  # 0 or 1 MiB .. 2^50, with K/M/G/T (binary, either case)
+        for v, shown in [("0", 0), ("1M", 1 << 20), ("1048576", 1 << 20), ("3g", 3 << 30),
+                         ("1024T", 1 << 50), ("%dK" % (1 << 10), 1 << 20)]:
+            expect_taken(tmp, o, v, str(shown))
+        for v in ["1048575", "512K", "1025T", "-1", "1.5G", "1MB", "5x", "x", "", " 1G",
+                  "99999999999999999999999"]:
+            expect_refused(tmp, o, v, defaults)
     elif kind in ("K_SWITCH", "K_STATS", "K_BACKGROUND", "K_THP"):
         for v in SWITCH_ON:
             expect_taken(tmp, o, v, "1")
