@@ -268,9 +268,11 @@ uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
 size_t thp_pass(uint64_t now_ms); /* collapses dense ranges; returns how many */
 #define THP_MIN_IN_USE ((size_t)16 << 20) /* in spans, before any range is collapsed */
 /* Has thp_pass anything to do? Asked inline, so that thp.c, cold code, runs only in a
- * process with a big heap, or with ranges left to khugepaged to advise back. */
+ * process with a big heap, or with ranges left to khugepaged to advise back. Committed
+ * memory (an atomic) bounds what is in spans from above; thp_pass checks the latter
+ * under region_lock. */
 hak_inline bool thp_pass_wanted(void) {
-  return hak_opt.thp && (__atomic_load_n(&region_used_units, __ATOMIC_RELAXED) * UNIT_SIZE >= THP_MIN_IN_USE ||
+  return hak_opt.thp && (atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) >= THP_MIN_IN_USE ||
                          atomic_load_explicit(&hak_gstats.thp_advised, memory_order_relaxed) != 0);
 }
 
