@@ -39,7 +39,6 @@ static size_t empty_regions;  /* regions with every unit free */
 size_t region_dirty_units;    /* free units of all regions that may be resident */
 size_t region_used_units;     /* units in spans */
 
-
 /* Where a span of n units goes: the place whose units hold the most resident pages
  * (reused memory faults no page in), then the shortest free run (best fit keeps long
  * runs for big spans). Within its run a span sits at one end, so that what is left stays
@@ -81,9 +80,8 @@ static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
           }
         }
       }
-      /* Among places as resident, the shortest run, then the fullest 2 MiB range: best
-       * fit first (the fullest range first faulted large churn in 1.3x as often), and
-       * among runs as long the range nearest to a huge page. */
+      /* Then the shortest run (best fit: large churn faulted 1.3x more with the fullest
+       * range first), then the fullest 2 MiB range. */
       size_t full = r->range_used[range_of_unit(at)];
       if (best->region == NULL || dirty > best->dirty ||
           (dirty == best->dirty && (run < best->run || (run == best->run && full > best->full)))) {
