@@ -301,7 +301,7 @@ void heap_user_destroy(hak_heap_t *u) {
   if (u->huge != NULL) huge_heap_drop_all(u, true); /* huge.c is cold code: not called idly */
   for (hak_slab_t *s; (s = u->large.head) != NULL;) {
     queue_remove(&u->large, s);
-    __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELEASE);
     heap_held_add(u, -(size_t)s->units * UNIT_SIZE);
     s->next = large;
     large = s;
@@ -340,7 +340,7 @@ void heap_user_release(hak_heap_t *u) {
       hak_slab_queue_t *from = l ? &u->full[c] : &u->queue[c];
       for (hak_slab_t *s; (s = from->head) != NULL;) {
         queue_remove(from, s);
-        __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELEASE);
         if (l == 1) {
           queue_push_back(&home->full[c], s);
           continue;
@@ -355,7 +355,7 @@ void heap_user_release(hak_heap_t *u) {
   home->stale_classes |= u->stale_classes;
   for (hak_slab_t *s; (s = u->large.head) != NULL;) {
     queue_remove(&u->large, s);
-    __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELEASE);
   }
   if (u->huge != NULL) huge_heap_drop_all(u, false);
   pthread_mutex_unlock(&home->lock);

@@ -125,9 +125,11 @@ hak_inline bool slab_map_none(const hak_slab_t *s) { return s == (const hak_slab
 hak_inline uintptr_t slab_owner(const hak_slab_t *s) {
   return __atomic_load_n(&s->owner, __ATOMIC_ACQUIRE);
 }
-/* The user heap whose slab s is, or NULL (see hak_slab_t.user_heap). */
+/* The user heap whose slab s is, or NULL (see hak_slab_t.user_heap). Acquire: a heap's
+ * release clears it (release) before the slab can be freed and its descriptor reused by
+ * another thread (a plain load on x86). */
 hak_inline struct hak_heap *slab_user_heap(const hak_slab_t *s) {
-  return __atomic_load_n(&s->user_heap, __ATOMIC_RELAXED);
+  return __atomic_load_n(&s->user_heap, __ATOMIC_ACQUIRE);
 }
 hak_inline uintptr_t slab_base(const hak_slab_t *s) {
   return ((uintptr_t)s & ~(uintptr_t)REGION_MASK) + ((uintptr_t)s->unit_idx << UNIT_SHIFT);
