@@ -15,7 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The TSC where there is one; elsewhere the monotonic clock's nanoseconds. */
+#if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
+static inline uint64_t ticks(void) {
+  _mm_lfence();
+  uint64_t t = __rdtsc();
+  _mm_lfence();
+  return t;
+}
+#else
+static inline uint64_t ticks(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -38,20 +54,17 @@ int main(int argc, char **argv) {
   memset(cycles, 0, n * sizeof *cycles); /* the tables' own faults before the timed part */
   memset(blocks, 0, n * sizeof *blocks);
   double t0 = now_s();
-  uint64_t c0 = __rdtsc();
+  uint64_t c0 = ticks();
   for (size_t i = 0; i < n; i++) {
-    _mm_lfence();
-    uint64_t a = __rdtsc();
-    _mm_lfence();
+    uint64_t a = ticks();
     void *p = malloc(size);
-    _mm_lfence();
-    uint64_t b = __rdtsc();
+    uint64_t b = ticks();
     if (p == NULL) return 1;
     cycles[i] = b - a;
     memset(p, (int)i, size);
     blocks[i] = p;
   }
-  double ghz = (double)(__rdtsc() - c0) / (now_s() - t0) / 1e9;
+  double ghz = (double)(ticks() - c0) / (now_s() - t0) / 1e9;
   size_t over_100us = 0, over_1ms = 0;
   for (size_t i = 0; i < n; i++) {
     over_100us += cycles[i] > ghz * 1e5;
