@@ -7,6 +7,8 @@
  *
  * The parent's AnonHugePages before the fork is printed too.
  * Used for the design notes' cost of huge pages at fork (HAKMEM_THP on and off). */
+#include "bench_common.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +17,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv) {
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 512;
@@ -39,20 +35,20 @@ int main(int argc, char **argv) {
     if (strncmp(line, "AnonHugePages:", 14) == 0) printf("fork_touch parent %s", line);
   if (f != NULL) fclose(f);
   fflush(stdout);
-  double t0 = now_s();
+  double t0 = bench_now();
   pid_t pid = fork();
   if (pid < 0) return 1;
   if (pid == 0) {
-    double t1 = now_s();
+    double t1 = bench_now();
     for (size_t i = 0; i < n; i++) blocks[i][0] = 2;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("fork_touch mib=%zu child_ms=%.1f child_minflt=%ld child_maxrss_mb=%.1f\n", mib,
-           (now_s() - t1) * 1e3, ru.ru_minflt, ru.ru_maxrss / 1024.0);
+           (bench_now() - t1) * 1e3, ru.ru_minflt, ru.ru_maxrss / 1024.0);
     fflush(stdout);
     _exit(0);
   }
-  double fork_ms = (now_s() - t0) * 1e3;
+  double fork_ms = (bench_now() - t0) * 1e3;
   int st;
   waitpid(pid, &st, 0);
   printf("fork_touch fork_ms=%.2f\n", fork_ms);

@@ -10,6 +10,8 @@
  *
  * Used for the design notes' "no stall on malloc" figures: the backend's huge pages on
  * and off (HAKMEM_THP), interleaved, several runs each. */
+#include "bench_common.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,12 +40,6 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv) {
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 1024;
   size_t size = argc > 2 ? strtoul(argv[2], NULL, 10) : 256;
@@ -53,7 +49,7 @@ int main(int argc, char **argv) {
   if (cycles == NULL || blocks == NULL) return 1;
   memset(cycles, 0, n * sizeof *cycles); /* the tables' own faults before the timed part */
   memset(blocks, 0, n * sizeof *blocks);
-  double t0 = now_s();
+  double t0 = bench_now();
   uint64_t c0 = ticks();
   for (size_t i = 0; i < n; i++) {
     uint64_t a = ticks();
@@ -64,7 +60,7 @@ int main(int argc, char **argv) {
     memset(p, (int)i, size);
     blocks[i] = p;
   }
-  double ghz = (double)(ticks() - c0) / (now_s() - t0) / 1e9;
+  double ghz = (double)(ticks() - c0) / (bench_now() - t0) / 1e9;
   size_t over_100us = 0, over_1ms = 0;
   for (size_t i = 0; i < n; i++) {
     over_100us += cycles[i] > ghz * 1e5;
