@@ -39,6 +39,8 @@
 #endif
 int checker_at_load(void);   /* decides it, once; safe in a resolver */
 void checkers_at_start(void); /* process set-up: exits if a sanitizer cannot work */
+/* fork: memcheck's table locked (true) after the others by init.c's prepare, or unlocked */
+void checkers_atfork(bool prepare);
 
 /* HAK_CHECKED_ENTRY(type, name, (params)) { body }: defines the exported function `name`
  * as an ifunc that resolves, once at load, to the body that follows (with no checker)

@@ -286,15 +286,19 @@ static void vg_check_size(void *p, const vg_block_t *b, size_t n, size_t align, 
   hak_fatal_pointer("size mismatch", fn, p);
 }
 
-static void vg_lock_prepare(void) { pthread_mutex_lock(&vg_lock); }
-static void vg_lock_release(void) { pthread_mutex_unlock(&vg_lock); }
 #define MEMCHECK (hak_checker == CHECKER_MEMCHECK)
+void checkers_atfork(bool prepare) {
+  if (!MEMCHECK) return;
+  if (prepare) pthread_mutex_lock(&vg_lock);
+  else pthread_mutex_unlock(&vg_lock);
+}
 #else
 #define MEMCHECK 0
 static void *vg_alloc(size_t n, size_t align, bool zero) {
   (void)n, (void)align, (void)zero;
   return NULL;
 }
+void checkers_atfork(bool prepare) { (void)prepare; }
 #endif
 
 /* ---- the checked hak_ functions ------------------------------------------------------ */
@@ -473,7 +477,6 @@ __attribute__((constructor)) static void checkers_announce(void) {
   switch (checker_at_load()) {
 #if HAKMEM_VALGRIND
   case CHECKER_MEMCHECK:
-    os_atfork(vg_lock_prepare, vg_lock_release, vg_lock_release);
     note("hakmem: under valgrind's memcheck: malloc and new are memcheck's, ",
          "and the blocks of the hak_ functions are reported to it", "\n");
     break;
@@ -490,4 +493,5 @@ __attribute__((constructor)) static void checkers_announce(void) {
 #else /* !HAKMEM_CHECKERS: hakmem itself is built with a sanitizer, which sees it all */
 int checker_at_load(void) { return CHECKER_NONE; }
 void checkers_at_start(void) {}
+void checkers_atfork(bool prepare) { (void)prepare; }
 #endif

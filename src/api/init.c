@@ -21,21 +21,25 @@ static void thread_exit(void *arg) {
   if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_unwind_thread_exit();
 }
 
-/* The locks, in their order; the forking thread's own heap lock too, which the purge
- * thread may hold while it trims that heap. */
+/* The locks, in their order (lock_order.c); the forking thread's own heap lock too,
+ * which the purge thread may hold while it trims that heap. The profiler's handlers,
+ * registered later, take prof_lock before these. */
 static void fork_prepare(void) {
   pthread_mutex_lock(&heaps_lock);
   if (hak_tls_heap != &hak_heap_empty) pthread_mutex_lock(&hak_tls_heap->lock);
   pthread_mutex_lock(&region_lock);
+  checkers_atfork(true);
 }
 
 static void fork_parent(void) {
+  checkers_atfork(false);
   pthread_mutex_unlock(&region_lock);
   if (hak_tls_heap != &hak_heap_empty) pthread_mutex_unlock(&hak_tls_heap->lock);
   pthread_mutex_unlock(&heaps_lock);
 }
 
 static void fork_child(void) {
+  checkers_atfork(false);
   pthread_mutex_init(&region_lock, NULL);
   if (hak_tls_heap != &hak_heap_empty) pthread_mutex_init(&hak_tls_heap->lock, NULL);
   pthread_mutex_init(&heaps_lock, NULL);

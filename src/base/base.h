@@ -163,7 +163,7 @@ _Static_assert(UNIT_SIZE / 16 < ((uintptr_t)1 << (64 - REMOTE_COUNT_SHIFT)),
 /* ---- C libraries without pthread_cond_clockwait (glibc 2.30; not musl) ------------
  * The waits use the default-clock conditions of PTHREAD_COND_INITIALIZER: the deadline
  * on `clk` becomes the realtime one pthread_cond_timedwait takes. */
-#if !defined(__GLIBC__) && !(defined(HAKMEM_LOCKSTAT) && HAKMEM_LOCKSTAT)
+#if !defined(__GLIBC__)
 #include <time.h>
 static inline int hak_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
                                      const struct timespec *t) {
@@ -176,36 +176,92 @@ static inline int hak_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
   real.tv_nsec = (long)(ns % 1000000000LL);
   return pthread_cond_timedwait(c, m, &real);
 }
-#define pthread_cond_clockwait hak_cond_clockwait
+#define HAK_COND_CLOCKWAIT hak_cond_clockwait
+#else
+#define HAK_COND_CLOCKWAIT pthread_cond_clockwait
 #endif
 
-/* ---- lockstat.c: lock statistics for scaling studies (docs/scaling.md) -----------
- * Built only with the CMake option HAKMEM_LOCKSTAT=ON, which defines HAKMEM_LOCKSTAT=1.
- * Every pthread_mutex_lock/trylock/unlock and cond wait in the library then goes through
- * lockstat.c, which counts, per lock class (the region lock, the heap-list lock, heap
- * locks, others), acquisitions, contended acquisitions, time held (total and its median)
- * and waited, and per call site the acquisitions and time held, and prints them at exit.
- * Release builds compile none of it. */
-#if defined(HAKMEM_LOCKSTAT) && HAKMEM_LOCKSTAT
+/* ---- lock hooks: every mutex call of the library, in the builds that check or count
+ * them. lock_order.c (HAKMEM_LOCK_ORDER, on in Debug builds) checks each lock taken
+ * against the ranks of those the thread holds and aborts on a wrong order; lockstat.c
+ * (the CMake option HAKMEM_LOCKSTAT=ON, docs/scaling.md) counts, per lock class (the
+ * region lock, the heap-list lock, heap locks, others), acquisitions, contended
+ * acquisitions, time held (total and its median) and waited, and per call site the
+ * acquisitions and time held, and prints them at exit. With either, the pthread_mutex_
+ * calls and the cond wait are macros that name their site; release builds compile none
+ * of it. */
+#ifndef HAKMEM_LOCK_ORDER
+#define HAKMEM_LOCK_ORDER (HAKMEM_DEBUG > 0)
+#endif
+#ifndef HAKMEM_LOCKSTAT
+#define HAKMEM_LOCKSTAT 0
+#endif
+#if HAKMEM_LOCK_ORDER || HAKMEM_LOCKSTAT
 #include <time.h>
+
+/* A call site: "file:line &lock" as written, and what each module made of it at its
+ * first call (a race makes it twice, alike). */
+typedef struct hak_lock_site {
+  const char *text;
+  int stat; /* lockstat.c's number for the site; -1: not yet */
+  int rank; /* lock_order.c's rank of the lock it names; -1: not yet */
+} hak_lock_site_t;
 
 #pragma GCC visibility push(hidden)
 int hak_ls_lock(pthread_mutex_t *m, const char *site, int *id);
 int hak_ls_trylock(pthread_mutex_t *m, const char *site, int *id);
 int hak_ls_unlock(pthread_mutex_t *m);
 int hak_ls_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *t);
+void lock_order_check(pthread_mutex_t *m, hak_lock_site_t *s); /* before blocking on m */
+void lock_order_push(pthread_mutex_t *m, hak_lock_site_t *s);  /* m taken: held from now */
+void lock_order_pop(pthread_mutex_t *m, hak_lock_site_t *s);   /* m released; must be held */
+void lock_order_forget(pthread_mutex_t *m);                    /* m made anew: held by none */
+/* A cond wait releases m and takes it back: m must be held, and retaking it must be in
+ * order with the rest. Returns the site that took m, which holds it again after. */
+hak_lock_site_t *lock_order_wait(pthread_mutex_t *m, hak_lock_site_t *s);
 #pragma GCC visibility pop
 
-/* A site (file:line) gets its number, and its lock class from its text ("&region_lock",
- * "&h->lock"), at its first call. */
-#define HAK_LS_STR2(x) #x
-#define HAK_LS_STR(x) HAK_LS_STR2(x)
-#define pthread_mutex_lock(m) \
-  ({ static int ls_site_ = -1; hak_ls_lock((m), __FILE__ ":" HAK_LS_STR(__LINE__) " " #m, &ls_site_); })
-#define pthread_mutex_trylock(m) \
-  ({ static int ls_site_ = -1; hak_ls_trylock((m), __FILE__ ":" HAK_LS_STR(__LINE__) " " #m, &ls_site_); })
-#define pthread_mutex_unlock(m) hak_ls_unlock(m)
-#define pthread_cond_clockwait(c, m, clk, t) hak_ls_clockwait((c), (m), (clk), (t))
+/* Trylock never waits, so it may come in any order; what it takes counts as held. */
+static inline int hak_lock_take(pthread_mutex_t *m, hak_lock_site_t *s, bool trying) {
+  if (HAKMEM_LOCK_ORDER && !trying) lock_order_check(m, s);
+  int r = HAKMEM_LOCKSTAT ? (trying ? hak_ls_trylock : hak_ls_lock)(m, s->text, &s->stat)
+                          : (trying ? pthread_mutex_trylock(m) : pthread_mutex_lock(m));
+  if (HAKMEM_LOCK_ORDER && r == 0) lock_order_push(m, s);
+  return r;
+}
+
+static inline int hak_lock_release(pthread_mutex_t *m, hak_lock_site_t *s) {
+  if (HAKMEM_LOCK_ORDER) lock_order_pop(m, s);
+  return HAKMEM_LOCKSTAT ? hak_ls_unlock(m) : pthread_mutex_unlock(m);
+}
+
+static inline int hak_lock_init(pthread_mutex_t *m, const pthread_mutexattr_t *a) {
+  if (HAKMEM_LOCK_ORDER) lock_order_forget(m); /* fork children make held locks anew */
+  return pthread_mutex_init(m, a);
+}
+
+static inline int hak_lock_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+                                const struct timespec *t, hak_lock_site_t *s) {
+  hak_lock_site_t *took = HAKMEM_LOCK_ORDER ? lock_order_wait(m, s) : NULL;
+  int r = HAKMEM_LOCKSTAT ? hak_ls_clockwait(c, m, clk, t) : HAK_COND_CLOCKWAIT(c, m, clk, t);
+  if (HAKMEM_LOCK_ORDER) lock_order_push(m, took);
+  return r;
+}
+
+#define HAK_LOCK_STR2(x) #x
+#define HAK_LOCK_STR(x) HAK_LOCK_STR2(x)
+#define HAK_LOCK_SITE(m)                                                                     \
+  ({                                                                                         \
+    static hak_lock_site_t site_ = {__FILE__ ":" HAK_LOCK_STR(__LINE__) " " #m, -1, -1};      \
+    &site_;                                                                                  \
+  })
+#define pthread_mutex_lock(m) hak_lock_take((m), HAK_LOCK_SITE(m), false)
+#define pthread_mutex_trylock(m) hak_lock_take((m), HAK_LOCK_SITE(m), true)
+#define pthread_mutex_unlock(m) hak_lock_release((m), HAK_LOCK_SITE(m))
+#define pthread_mutex_init(m, a) hak_lock_init((m), (a))
+#define pthread_cond_clockwait(c, m, clk, t) hak_lock_wait((c), (m), (clk), (t), HAK_LOCK_SITE(m))
+#elif !defined(__GLIBC__)
+#define pthread_cond_clockwait hak_cond_clockwait
 #endif
 
 #pragma GCC visibility push(hidden)

@@ -327,13 +327,23 @@ void heap_user_destroy(hak_heap_t *u) {
   user_retire(u, refs);
 }
 
+/* Two heap locks at once: the lower address first (the lock order, lock_order.c). */
+static void lock_both(hak_heap_t *a, hak_heap_t *b) {
+  if ((uintptr_t)a > (uintptr_t)b) {
+    hak_heap_t *t = a;
+    a = b;
+    b = t;
+  }
+  pthread_mutex_lock(&a->lock);
+  pthread_mutex_lock(&b->lock);
+}
+
 /* Every slab of u goes to the thread's own heap, whose address its owner word already
  * holds; big blocks become the process's. */
 void heap_user_release(hak_heap_t *u) {
   hak_heap_t *home = hak_tls_heap;
   user_unpublish(u, HEAP_RELEASED);
-  pthread_mutex_lock(&u->lock);
-  pthread_mutex_lock(&home->lock);
+  lock_both(u, home);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     heap_unpin(u, c);
     for (int l = 0; l < 2; l++) {
