@@ -77,9 +77,13 @@ bench-programs: release
 # The hardened build against the allocators picked for hardening: glibc and scudo
 # (Debian's libclang-rt-19-dev; skipped with a note when missing). ROUNDS=N for more.
 ROUNDS ?= 5
+comma := ,
+# HARDENED_MALLOC_SRC=DIR (a hardened_malloc checkout) adds its two variants.
+HM_LIBS = $(if $(HARDENED_MALLOC_SRC),$(shell $(PYTHON) bench/harness/hardened_malloc.py --src $(HARDENED_MALLOC_SRC)))
 bench-hardened: release
-	$(PYTHON) bench/harness/run.py --quick --no-programs --rounds $(ROUNDS) --allocators hakmem-secure,glibc,scudo \
-	  --lib hakmem-secure=$(BUILD)/release/libhakmem-secure.so --out bench-results/hardened
+	$(PYTHON) bench/harness/run.py --quick --no-programs --rounds $(ROUNDS) \
+	  --allocators hakmem-secure,glibc,scudo$(if $(HM_LIBS),$(comma)hardened_malloc$(comma)hardened_malloc-light) \
+	  --lib hakmem-secure=$(BUILD)/release/libhakmem-secure.so $(HM_LIBS) --out bench-results/hardened
 
 perfcheck: release
 	$(PYTHON) bench/perfcheck.py --hakmem $(BUILD)/release/libhakmem.so --bin $(BUILD)/release/bench

@@ -22,7 +22,7 @@ BEGIN, END = "<!-- misuse matrix: tools/misuse_tables.py -->", "<!-- end of misu
 CLASSES = [
     ("double free, invalid free", r"^(double_free|invalid|free_sized)_"),
     ("C++ delete mismatch", r"^cxx_"),
-    ("1 MiB run", r"^(over|under)flow_1m_"),
+    ("1 MiB run", r"^(over|under)flow_(at_)?1m_"),
     ("1- and 32-byte overflow and underflow", r"^(over|under)flow_|^memcpy_"),
     ("write after free", r"^(uaf|write_after_free)_"),
     ("`malloc(0)`", r"^zero_"),

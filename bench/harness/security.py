@@ -3,12 +3,15 @@
 commits one memory error (on 8-byte, 4 KiB and 256 KiB blocks: 116 programs), built
 with the suite's own CMake file outside the committed tree and run under each allocator.
 
-    bench/harness/security.py --src DIR [--build DIR] [--lib NAME=PATH ...] [--json FILE]
+    bench/harness/security.py --src DIR [--build DIR] [--lib NAME=PATH ...]
+                              [--hardened-malloc SRC] [--json FILE]
 
 DIR is a checkout of mimalloc-bench (github:daanx/mimalloc-bench) or its bench/security
 folder; the build goes to build/security unless --build says otherwise. glibc (nothing
 preloaded) and scudo run always (scudo skipped with a note when its library is missing);
-each --lib NAME=PATH adds one. A program catches its error, as the suite's own bench.sh
+each --lib NAME=PATH adds one, and --hardened-malloc SRC adds GrapheneOS
+hardened_malloc's default and light variants, built from the checkout SRC
+(hardened_malloc.py; skipped with a note when they cannot be built). A program catches its error, as the suite's own bench.sh
 judges it, when it does not print NOT_CAUGHT and ends within the time limit (a crash,
 an abort or a fault all count). The caught counts print per allocator, with the
 programs each one missed; --json writes every outcome."""
@@ -23,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from allocators import find_library  # noqa: E402
+import hardened_malloc  # noqa: E402
 
 TIMEOUT_S = 10  # bench.sh gives 1 s; a loaded machine needs more, and none takes long
 
@@ -65,6 +69,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "security"))
     ap.add_argument("--lib", action="append", default=[], metavar="NAME=PATH")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--hardened-malloc", metavar="SRC", help="hardened_malloc checkout, built and added")
     ap.add_argument("--json", help="write every outcome here")
     args = ap.parse_args()
     programs = build(suite_dir(args.src), args.build, args.jobs)
@@ -74,6 +79,11 @@ def main():
         allocators.append(("scudo", scudo))
     else:
         print("security: scudo skipped (its library is not installed)")
+    if args.hardened_malloc:
+        built, notes = hardened_malloc.build(args.hardened_malloc, jobs=args.jobs)
+        for note in notes:
+            print("security: " + note)
+        args.lib += ["%s=%s" % item for item in built.items()]
     for spec in args.lib:
         name, _, path = spec.partition("=")
         if not os.path.exists(path):

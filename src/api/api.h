@@ -94,6 +94,8 @@ void *checked_reallocarray(void *p, size_t c, size_t n);
 
 /* ---- secure.c: the hardened build's malloc and free ----------------------------- */
 void secure_init(void); /* after hak_list_key is set */
+void secure_zero_init(void); /* secure_zero.c */
+bool secure_all_zero(uintptr_t from, uintptr_t to); /* [from, to) all zero bytes? */
 void *secure_arm(void *p, size_t n); /* a free block handed out: zero, canary, size word */
 void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2); /* realloc in the block */
 void secure_free(void *p);

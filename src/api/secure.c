@@ -1,7 +1,7 @@
 /* The hardened build's checks (HAKMEM_SECURE=1, libhakmem-secure). The default build
  * compiles none of it: its callers' `if (HAKMEM_SECURE)` branches fold away, and the
- * CPU-feature check below would otherwise bring in libgcc's start-up constructor, which
- * runs CPUID at every program's load.
+ * CPU-feature check of the zero check (secure_zero.c) would otherwise bring in libgcc's
+ * start-up constructor, which runs CPUID at every program's load.
  *
  * A hardened small block of class size S holding n bytes (n <= S - SECURE_TAIL):
  *   live: [0, n) data | [n, n+8) canary word | [n+8, S-8) zero | [S-8, S) size word
@@ -27,13 +27,6 @@
  * so one random word, made at start-up, holds all eight. */
 static uint64_t canary_w;
 static uint64_t canary_rot[8]; /* canary_w rotated right by 0..7 bytes (canary_at) */
-static bool use_avx2; /* the zero check in 32-byte steps (secure_init) */
-/* x86 builds also compile the zero check for AVX2 and pick at start-up. */
-#if defined(__x86_64__) || defined(__i386__)
-#define SECURE_AVX2_VARIANTS 1
-#else
-#define SECURE_AVX2_VARIANTS 0
-#endif
 
 void secure_init(void) {
   /* A size word's top bytes are the key's (sizes and addresses stay below 2^47), and its
@@ -45,10 +38,7 @@ void secure_init(void) {
     canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
   canary_rot[0] = canary_w;
   for (unsigned r = 1; r < 8; r++) canary_rot[r] = canary_w >> (8 * r) | canary_w << (64 - 8 * r);
-#if SECURE_AVX2_VARIANTS
-  __builtin_cpu_init();
-  use_avx2 = __builtin_cpu_supports("avx2");
-#endif
+  secure_zero_init();
 }
 
 /* Unaligned words: the canary word starts anywhere. */
@@ -69,64 +59,6 @@ static inline bool size_busy(size_t n, size_t S) { return (n & SIZE_BUSY) && (n 
  * word rotated by a mod 8 bytes, one of eight made at start-up). */
 static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
 
-/* ---- the zero check ------------------------------------------------------------ */
-/* The zero check is written once, over 32-byte vectors, and compiled twice: for
- * baseline x86-64 (GCC splits each vector into two SSE2 halves) and for AVX2.
- * secure_init picks one; a flag in a plain branch, not a writable code pointer, selects
- * it. */
-typedef uint64_t hak_v4 __attribute__((vector_size(32)));
-
-hak_inline void v_load(hak_v4 *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
-hak_inline bool v_zero(const hak_v4 *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
-
-/* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
-hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
-  size_t len = to - from;
-  if (len < 8) {
-    uint64_t acc = 0;
-    for (; from < to; from++) acc |= *(const uint8_t *)from;
-    return acc == 0;
-  }
-  if (len < 32) {
-    uint64_t acc = load64(from) | load64(to - 8);
-    if (len > 16) acc |= load64(from + 8) | load64(to - 16);
-    return acc == 0;
-  }
-  hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
-  v_load(&a0, to - 32);
-  for (; from + 128 <= to; from += 128) { /* four vectors a step */
-    hak_v4 u, v;
-    v_load(&x, from);
-    v_load(&y, from + 32);
-    v_load(&u, from + 64);
-    v_load(&v, from + 96);
-    a0 |= x | u;
-    a1 |= y | v;
-  }
-  if (from + 64 <= to) {
-    v_load(&x, from);
-    v_load(&y, from + 32);
-    a0 |= x;
-    a1 |= y;
-    from += 64;
-  }
-  if (from + 32 <= to) {
-    v_load(&x, from);
-    a0 |= x;
-  }
-  a0 |= a1;
-  return v_zero(&a0);
-}
-
-hak_noinline static bool all_zero_base(uintptr_t from, uintptr_t to) { return all_zero_body(from, to); }
-#if SECURE_AVX2_VARIANTS
-hak_noinline __attribute__((target("avx2"))) static bool all_zero_avx2(uintptr_t from, uintptr_t to) {
-  return all_zero_body(from, to);
-}
-#else /* use_avx2 stays false */
-#define all_zero_avx2 all_zero_base
-#endif
-
 /* Is the block at a, of slab s, as free() left it: link 0, its free tag, zero up to its
  * size word, and a sane size word? Blocks of up to 64 bytes a word a step, inline. */
 static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
@@ -138,7 +70,7 @@ static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
     for (uintptr_t p = a + 16; p < a + S - 8; p += 8) acc |= *(const uint64_t *)p;
     return acc == 0;
   }
-  return acc == 0 && (use_avx2 ? all_zero_avx2(a + 16, a + S - 8) : all_zero_base(a + 16, a + S - 8));
+  return acc == 0 && secure_all_zero(a + 16, a + S - 8);
 }
 
 /* Are the bytes between a live block's canary word and its size word, [n + 8, S - 8),
@@ -153,7 +85,7 @@ static inline bool slack_clean(uintptr_t a, size_t n, size_t S) {
     for (uintptr_t p = up; p < to; p += 8) acc |= *(const uint64_t *)p;
     return acc == 0;
   }
-  return acc == 0 && (use_avx2 ? all_zero_avx2(up, to) : all_zero_base(up, to));
+  return acc == 0 && secure_all_zero(up, to);
 }
 
 /* Zero [a + from, a + to), whole words, without a call for up to 32 bytes. */
@@ -249,6 +181,16 @@ static inline bool below_free_clean(uintptr_t a, uintptr_t b, size_t S) {
   return acc == 0;
 }
 
+/* The link word of b, a free block of s (or one never handed out): 0 (zeroed at free),
+ * or next ^ key ^ b with next NULL or a carved block of s. A write over a free
+ * neighbour's first word (25 to 32 bytes past or before an 8-byte block, whose class is
+ * 32 bytes) shows here, before any list follows the link. */
+static inline bool link_sane(uintptr_t b, const hak_slab_t *s) {
+  uintptr_t raw = __atomic_load_n((const uintptr_t *)b, __ATOMIC_RELAXED);
+  uintptr_t next = raw ^ hak_list_key ^ b;
+  return raw == 0 || next == 0 || slab_is_carved_block(s, next);
+}
+
 /* Only canary bytes in a live block's slack: a resize in flight is moving its canary. */
 static bool slack_is_canary(uintptr_t b, size_t n, size_t S) {
   for (uintptr_t x = b + n + 8; x < b + S - 8; x++) {
@@ -288,7 +230,7 @@ hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
   if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
   /* Never handed out, or released unjudged: its tag is the free tag or 0. */
   bool unused = n == 0 && ((const hak_block_t *)b)->free_tag == 0;
-  bool clean = is_free || unused ? below_free_clean(a, b, S)
+  bool clean = is_free || unused ? below_free_clean(a, b, S) && link_sane(b, s)
                                  : n != 0 && load64(b + n) == canary_at(b + n) && slack_clean(b, n, S);
   if (hak_likely(clean)) return;
   /* Not what it should be, or another thread changed the block since we read its tag and
@@ -314,13 +256,46 @@ static inline void check_below(uintptr_t a, const hak_slab_t *s) {
   if (hak_likely(b > s->start)) {
     uintptr_t tag = ((const hak_block_t *)b)->free_tag;
     if (tag == block_free_tag(s) || (n == 0 && tag == 0)) {
-      if (n <= S - SECURE_TAIL && below_free_clean(a, b, S)) return;
+      if (n <= S - SECURE_TAIL && below_free_clean(a, b, S) && link_sane(b, s)) return;
     } else if (n != 0 && n <= S - SECURE_TAIL && load64(b + n) == canary_at(b + n) && slack_clean(b, n, S)) {
       return;
     }
   }
 #endif
   check_below_full(a, s);
+}
+
+/* Checked when a block at a of an owned slab s is freed: the block above it, if free
+ * or never handed out, must have a sane link word, or a zero one if not carved yet (its
+ * other bytes near us are the ones this block's own check and the block above's check
+ * below read). A live block above starts with its data, which nothing can judge. The
+ * order of check_below_full: its tag, then its size word (busy: not judged), then the
+ * link, and a bad link is judged only if neither changed meanwhile. */
+static inline void check_above(uintptr_t a, const hak_slab_t *s) {
+#if !defined(__SANITIZE_THREAD__)
+  size_t S = s->block_size;
+  uintptr_t c = a + S;
+  if (!slab_is_carved_block(s, c)) {
+    /* Not carved yet: zero where the span has not been written (carving clears the rest
+     * as it reaches it). Past the slab's last block: the next span's, not judged here. */
+    if (c < s->start + (uintptr_t)s->reserved * S && c >= slab_base(s) + s->touched && load64(c) != 0)
+      hak_fatal_at("heap overflow detected", (void *)c);
+    return;
+  }
+  const uintptr_t *w = secure_size_word(c, S);
+  uintptr_t tag = __atomic_load_n(&((const hak_block_t *)c)->free_tag, __ATOMIC_RELAXED);
+  hak_compiler_barrier();
+  size_t n = secure_size_decode(w);
+  if ((tag != block_free_tag(s) && (n != 0 || tag != 0)) || size_busy(n, S)) return; /* live, or busy */
+  if (hak_likely(link_sane(c, s))) return;
+  hak_compiler_barrier();
+  if (__atomic_load_n(&((const hak_block_t *)c)->free_tag, __ATOMIC_RELAXED) != tag || secure_size_decode(w) != n)
+    return;
+  hak_fatal_at("heap overflow detected", (void *)c);
+#else
+  (void)a;
+  (void)s;
+#endif
 }
 
 /* ---- free and the quarantine ---------------------------------------------------- */
@@ -416,7 +391,10 @@ void secure_free(void *p) {
   size_t n = secure_size_decode(secure_size_word(a, S));
   if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n) || !slack_clean(a, n, S))
     hak_fatal_at("heap overflow detected", p);
-  if ((owner & ~SLAB_FULL) == (uintptr_t)h) check_below(a, s);
+  if ((owner & ~SLAB_FULL) == (uintptr_t)h) {
+    check_below(a, s);
+    check_above(a, s);
+  }
   /* Busy, the tag, the zeros over the data and canary word, and n again: the block
    * above may be checking this one meanwhile (check_below_full's order). */
   uintptr_t *w = secure_size_word(a, S);

@@ -4,9 +4,9 @@
  * allow. Bigger blocks are huge.c's. Its usable size is n, which also makes a sized
  * free's size exact.
  *
- * Default build: 16 canary bytes right before the block and right after its last
- * requested byte, which free checks (32 bytes compared on a large block's slow path; no
- * system call). A run past them goes unseen; the default build puts no guard inside a
+ * Default build: 32 canary bytes right before the block and right after its last
+ * requested byte, which free checks (64 bytes compared on a large block's slow path; no
+ * system call), so that a write 1 to 32 bytes off either end is reported. A run past them goes unseen; the default build puts no guard inside a
  * region: a guard page costs two system calls per block, and the kernel's guard markers
  * hide a region from core dumps (docs/design.md).
  *
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #define LARGE_CLASS NUM_CLASSES /* class_idx of a large span */
-#define LARGE_CANARY 16         /* canary bytes on either side (default build) */
+#define LARGE_CANARY 32         /* canary bytes on either side (default build) */
 #define LARGE_HEAD 64           /* the block's least alignment */
 #define LARGE_GUARD (HAKMEM_SECURE ? os_page_size() : 0) /* guard page bytes, each side */
 
@@ -36,19 +36,9 @@ static void canary_words(uintptr_t a, uint64_t w[2]) {
   w[0] = hak_cookie ^ (a * 0x9e3779b97f4a7c15ull);
   w[1] = ~w[0] ^ hak_cookie;
 }
-static void canary_write(uintptr_t a) {
-  uint64_t w[2];
-  canary_words(a, w);
-  memcpy((void *)a, w, LARGE_CANARY);
-}
-static bool canary_intact(uintptr_t a) {
-  uint64_t w[2];
-  canary_words(a, w);
-  return memcmp((const void *)a, w, LARGE_CANARY) == 0;
-}
-
-/* The hardened build's slack: every byte in [from, to) holds the canary byte of its
- * address, byte a % 16 of canary_words(a rounded down to 16). */
+/* Slack (the hardened build's; the default build's canaries): every byte in [from, to)
+ * holds the canary byte of its address, byte a % 16 of canary_words(a rounded down to
+ * 16). */
 static void slack_fill(uintptr_t from, uintptr_t to) {
   for (uintptr_t c = from & ~(uintptr_t)15; c < to; c += 16) {
     uint64_t w[2];
@@ -66,6 +56,10 @@ static bool slack_intact(uintptr_t from, uintptr_t to) {
   }
   return true;
 }
+
+/* The default build's canaries: the LARGE_CANARY bytes from a, filled as slack is. */
+static void canary_write(uintptr_t a) { slack_fill(a, a + LARGE_CANARY); }
+static bool canary_intact(uintptr_t a) { return slack_intact(a, a + LARGE_CANARY); }
 
 /* The guard page after a block of n bytes at p (hardened build): the block ends less
  * than its alignment before it. */

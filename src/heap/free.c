@@ -96,7 +96,8 @@ void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
 
 /* p is in a region but in no live slab: a block freed twice (its span since given
  * back), or a pointer that never was a block. The old descriptor and the free tag
- * tell which, without touching anything outside the region. */
+ * tell which, without touching anything outside the region (nor a unit no span has
+ * taken yet, inaccessible in the hardened build). */
 _Noreturn void report_not_live(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   hak_region_t *r = region_of(a);
@@ -106,7 +107,8 @@ _Noreturn void report_not_live(void *p, const char *fn) {
   /* A freed block's tag names the descriptor of a slab that covered it: one of the
    * SLAB_MAX_UNITS descriptors up to its own unit's. (A freed large block is not read:
    * the hardened build guards it.) */
-  uintptr_t tag = (a & 15) == 0 && !was_large ? ((const hak_block_t *)a)->free_tag ^ BLOCK_TAG_KEY : 0;
+  bool readable = !HAKMEM_SECURE || bit_get(r->open_bits, unit); /* else never a block */
+  uintptr_t tag = (a & 15) == 0 && !was_large && readable ? ((const hak_block_t *)a)->free_tag ^ BLOCK_TAG_KEY : 0;
   uintptr_t lowest = (uintptr_t)&r->slabs[unit >= SLAB_MAX_UNITS ? unit - SLAB_MAX_UNITS + 1 : 0];
   bool tagged = tag >= lowest && tag <= (uintptr_t)d && (tag - lowest) % sizeof *d == 0;
   hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);

@@ -1,5 +1,6 @@
 /* The hardened build's hooks into the lower layers: size words written as slabs are
- * carved (in random order), and the inaccessible last unit of each region. The default
+ * carved (in random order), and the inaccessible units of each region (its last, and
+ * those no span has taken yet). The default
  * build compiles none of it; its callers' `if (HAKMEM_SECURE)` branches fold away. */
 
 #include "space/space.h"
@@ -40,8 +41,16 @@ void secure_protect(uintptr_t a, size_t len, bool accessible) {
   if (!os_protect((void *)a, len, accessible)) hak_fatal("mprotect failed for a guard page");
 }
 
+/* A new region's units past its header are inaccessible: the last one for good (a
+ * guard), the others until a span first takes them (secure_open_units), so that a run
+ * off a block into units no span has used yet faults. A unit stays open once opened. */
 void secure_guard_region(hak_region_t *r) {
-  secure_protect((uintptr_t)r + ((size_t)r->mapped_units - 1) * UNIT_SIZE, UNIT_SIZE, false);
+  uintptr_t from = (uintptr_t)r + (size_t)REGION_HEADER_UNITS * UNIT_SIZE;
+  secure_protect(from, ((size_t)r->mapped_units - REGION_HEADER_UNITS) * UNIT_SIZE, false);
+}
+void secure_open_units(const hak_slab_t *s, size_t from, size_t units) {
+  secure_protect(slab_base(s) + from * UNIT_SIZE, units * UNIT_SIZE, true);
+  bits_set_range(region_of((uintptr_t)s)->open_bits, s->unit_idx + from, units, true);
 }
 
 #endif /* HAKMEM_SECURE */

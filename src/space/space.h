@@ -101,6 +101,7 @@ typedef struct hak_region {
   uint8_t range_seen_used[RANGES_PER_REGION];
   uint64_t free_bits[UNITS_PER_REGION / 64];  /* 1 = unit free */
   uint64_t dirty_bits[UNITS_PER_REGION / 64]; /* 1 = unit touched since last purge */
+  uint64_t open_bits[UNITS_PER_REGION / 64];  /* hardened: 1 = accessible (secure_hooks.c) */
   uint32_t freed_ms[UNITS_PER_REGION];         /* when each free unit was freed (ms, wraps) */
   uint8_t touched_pages[UNITS_PER_REGION];     /* free unit: 4 KiB steps from its start
                                                   that may be resident (0: reads as zero) */
@@ -166,6 +167,7 @@ hak_inline void block_set_next(hak_block_t *b, hak_block_t *next) {
 }
 void secure_carve(hak_slab_t *s, uintptr_t first, uint32_t n); /* shuffled, with size words */
 void secure_guard_region(hak_region_t *r);
+void secure_open_units(const hak_slab_t *s, size_t from, size_t units); /* span.c */
 void secure_protect(uintptr_t a, size_t len, bool accessible); /* aborts if it cannot */
 
 #include "range.h" /* 2 MiB ranges, huge pages: range.c, the regions' candidates */

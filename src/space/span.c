@@ -9,6 +9,7 @@ hak_slab_t *span_alloc(size_t units) {
   bool fresh;
   hak_slab_t *s = region_alloc_span(units, &fresh);
   if (s == NULL) return NULL;
+  if (HAKMEM_SECURE && fresh) secure_open_units(s, 0, units); /* some never taken before */
   purge_note_span_taken(units * UNIT_SIZE, fresh);
   return s;
 }
@@ -22,7 +23,9 @@ void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
 
 bool span_grow(hak_slab_t *s, size_t new_units) {
   if (new_units > s->units && !limit_admit((new_units - s->units) * UNIT_SIZE)) return false;
+  size_t old_units = s->units;
   if (region_grow_span(s, new_units) == 0) return false;
+  if (HAKMEM_SECURE && new_units > old_units) secure_open_units(s, old_units, new_units - old_units);
   purge_note_span_taken(new_units * UNIT_SIZE, false);
   return true;
 }

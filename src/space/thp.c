@@ -28,7 +28,9 @@
  * collapsed (the kernel clears its page table entry for the copy). A candidate's region
  * is pinned (never unmapped) until region_thp_done. */
 #define COLLAPSE_MIN_USED (RANGE_UNITS * 3 / 4)
-#define COLLAPSE_MIN_RESIDENT (RANGE_UNITS * 7 / 8)
+/* Hardened build: all of them, since units no span has taken yet are inaccessible
+ * (secure_hooks.c), and a collapse fails on a range that holds one. */
+#define COLLAPSE_MIN_RESIDENT (HAKMEM_SECURE ? RANGE_UNITS : RANGE_UNITS * 7 / 8)
 #define THP_LOOK_MS 1000u
 
 size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max) {

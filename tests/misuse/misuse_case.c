@@ -406,6 +406,8 @@ static void overflow_by_32(size_t size) { overflow_by(size, (ptrdiff_t)size, 32)
 static void overflow_at_9(size_t size) { overflow_by(size, (ptrdiff_t)size + 9, 1); }
 static void overflow_at_31(size_t size) { overflow_by(size, (ptrdiff_t)size + 31, 1); }
 static void underflow_by_1(size_t size) { overflow_by(size, -1, 1); }
+/* One byte 32 bytes before the block: the far end of a 32-byte underflow. */
+static void underflow_at_32(size_t size) { overflow_by(size, -32, 1); }
 static void underflow_by_32(size_t size) { overflow_by(size, -32, 32); }
 
 /* memcpy through a volatile pointer: a plain memcpy into a block that is freed next is a
@@ -453,6 +455,10 @@ static void overflow_1m(size_t size) {
   scribble(p + size, MIB);
   free(p);
 }
+
+/* One byte 1 MiB past the end, as mimalloc-bench's one_mbyte_overflow writes it: in a
+ * fresh process, in units of the region no span has taken yet. */
+static void overflow_at_1m(size_t size) { overflow_by(size, (ptrdiff_t)(size - 1 + MIB), 1); }
 
 static void underflow_1m(size_t size) {
   char *p = xmalloc(size);
@@ -676,8 +682,7 @@ static bool stopped_at(char *p, ptrdiff_t at) {
   return sig == SIGSEGV || sig == SIGBUS || (sig == SIGABRT && strstr(report, "heap overflow detected") != NULL);
 }
 
-static void every_offset(size_t size, bool after, size_t reach) {
-  char *p = xmalloc(size);
+static _Noreturn void every_offset_of(char *p, size_t size, bool after, size_t reach) {
   for (size_t k = 1; k <= reach; k++) {
     ptrdiff_t at = after ? (ptrdiff_t)(size - 1 + k) : -(ptrdiff_t)k;
     if (!stopped_at(p, at)) {
@@ -688,6 +693,37 @@ static void every_offset(size_t size, bool after, size_t reach) {
   }
   property(true, "every write near the block is stopped");
 }
+
+static void every_offset(size_t size, bool after, size_t reach) { every_offset_of(xmalloc(size), size, after, reach); }
+
+/* A block whose neighbours on either side are free: of 256 blocks of the size, one
+ * with blocks of its stride (the least distance between two of them) right above and
+ * below, both of which are freed. 25 to 32 bytes off an 8-byte block (a 32-byte class in
+ * the hardened build) is then a free block's list link; a live neighbour's data there
+ * would be beyond any allocator. */
+static void every_offset_between_free(size_t size, bool after, size_t reach) {
+  enum { N = 256 };
+  static char *b[N];
+  for (int i = 0; i < N; i++) b[i] = xmalloc(size);
+  uintptr_t stride = UINTPTR_MAX;
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++)
+      if (b[j] > b[i] && (uintptr_t)(b[j] - b[i]) < stride) stride = (uintptr_t)(b[j] - b[i]);
+  for (int i = 0; i < N; i++) {
+    int below = -1, above = -1;
+    for (int j = 0; j < N; j++) {
+      if ((uintptr_t)b[j] == (uintptr_t)b[i] - stride) below = j;
+      if ((uintptr_t)b[j] == (uintptr_t)b[i] + stride) above = j;
+    }
+    if (below < 0 || above < 0) continue;
+    free(b[below]);
+    free(b[above]);
+    every_offset_of(b[i], size, after, reach);
+  }
+  setup_failed("no block with both neighbours among 256");
+}
+static void every_offset_before_free_32(size_t size) { every_offset_between_free(size, false, 32); }
+static void every_offset_after_free_32(size_t size) { every_offset_between_free(size, true, 32); }
 
 static void every_offset_before_4096(size_t size) { every_offset(size, false, 4096); }
 static void every_offset_after_4096(size_t size) { every_offset(size, true, 4096); }
