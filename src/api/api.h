@@ -21,8 +21,10 @@
  * the entry points are defined with ------------------------------------------------- */
 
 /* Entry points chosen at load by checker (ifuncs), except where hakmem itself is built
- * with a sanitizer, which then sees all of it. */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(__ELF__)
+ * with a sanitizer, which then sees all of it, and with musl, which has no ifuncs (its
+ * static programs call address 0 there). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(__ELF__) || \
+    !defined(__GLIBC__)
 #define HAKMEM_CHECKERS 0
 #else
 #define HAKMEM_CHECKERS 1

@@ -20,6 +20,12 @@
 
 #include "profile/profile.h"
 
+/* Other C libraries (musl) load libgcc_s too, the static archive included: the libgcc_eh.a
+ * of a glibc toolchain, which musl-gcc links with, calls glibc's _dl_find_object. A
+ * static musl program, where dlopen always fails, then takes samples without stacks. */
+#if !defined(HAKMEM_UNWIND_DLOPEN) && !defined(__GLIBC__)
+#define HAKMEM_UNWIND_DLOPEN 1
+#endif
 #ifndef HAKMEM_UNWIND_DLOPEN
 #define HAKMEM_UNWIND_DLOPEN 0 /* 1 in the shared libraries (CMakeLists.txt) */
 #endif

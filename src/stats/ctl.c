@@ -26,8 +26,8 @@ enum figure {
   F_HEAPS_DISSOLVED,
   F_SLABS_ADOPTED, F_SLABS_IDLE, F_SLAB_MAP,
   F_OPT_PURGE_DELAY, F_OPT_REGION_CACHE, F_OPT_THP, F_OPT_STATS, F_OPT_BACKGROUND,
-  F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND,
-  F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
+  F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND, F_BUILD_VERSION, F_BUILD_MUSL,
+  F_BUILD_SHARED, F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
   F_OS_UNMAP_REFUSED, F_OS_RSS_ANON, F_LIMIT_SOFT, F_LIMIT_HARD, F_LIMIT_CGROUP, F_LIMIT_COMMITTED,
   F_LIMIT_GIVE_BACKS, F_LIMIT_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
 };
@@ -72,31 +72,26 @@ static const ctl_entry_t table[] = {
       "slabs of the small classes, in heaps and abandoned", U, A, RO}, F_SMALL_SLABS, W_SMALL},
     {{"tier.mid.live_blocks", "blocks",
       "live blocks of the mid classes (over 1 KiB, up to 128 KiB)", U, A, RO}, F_MID_BLOCKS, W_MID},
-    {{"tier.mid.live_bytes", "bytes",
-      "bytes of those blocks, by block size", U, A, RO}, F_MID_BYTES, W_MID},
+    {{"tier.mid.live_bytes", "bytes", "bytes of those blocks, by block size", U, A, RO}, F_MID_BYTES, W_MID},
     {{"tier.mid.slabs", "slabs",
       "slabs of the mid classes, in heaps and abandoned", U, A, RO}, F_MID_SLABS, W_MID},
     {{"tier.large.live_bytes", "bytes",
       "bytes of the spans of live large blocks (over 128 KiB, up to 32 MiB), whole 64 KiB units",
       U, X, RO}, F_LARGE_BYTES, W_NONE},
-    {{"tier.large.allocs", "blocks",
-      "large blocks allocated so far", U, X, RO}, F_LARGE_ALLOCS, W_NONE},
+    {{"tier.large.allocs", "blocks", "large blocks allocated so far", U, X, RO}, F_LARGE_ALLOCS, W_NONE},
     {{"tier.large.prefaulted_bytes", "bytes",
       "bytes of large blocks faulted in at malloc, in one call, for a program seen to write them whole",
       U, X, RO}, F_LARGE_PREFAULTED, W_NONE},
     {{"tier.huge.mapped_bytes", "bytes",
       "bytes of the mappings of live huge blocks (over 32 MiB)", U, X, RO}, F_HUGE_BYTES, W_NONE},
-    {{"tier.huge.allocs", "blocks",
-      "huge blocks allocated so far", U, X, RO}, F_HUGE_ALLOCS, W_NONE},
-    {{CLASS_PREFIX "block_size", "bytes",
-      "block size of size class <n>", U, X, RO}, F_CLASS_SIZE, W_NONE},
+    {{"tier.huge.allocs", "blocks", "huge blocks allocated so far", U, X, RO}, F_HUGE_ALLOCS, W_NONE},
+    {{CLASS_PREFIX "block_size", "bytes", "block size of size class <n>", U, X, RO}, F_CLASS_SIZE, W_NONE},
     {{CLASS_PREFIX "live_blocks", "blocks",
       "live blocks of class <n> (blocks freed by other threads count until handed over)",
       U, A, RO}, F_CLASS_BLOCKS, W_CLASS},
     {{CLASS_PREFIX "slabs", "slabs",
       "slabs of class <n>, in heaps and abandoned", U, A, RO}, F_CLASS_SLABS, W_CLASS},
-    {{CLASS_PREFIX "live_bytes", "bytes",
-      "live_blocks times block_size", U, A, RO}, F_CLASS_BYTES, W_CLASS},
+    {{CLASS_PREFIX "live_bytes", "bytes", "live_blocks times block_size", U, A, RO}, F_CLASS_BYTES, W_CLASS},
     {{"remote.pushes", "pushes",
       "batches of frees handed to another thread's slab, one atomic push each",
       U, X, RO}, F_REMOTE_PUSHES, W_NONE},
@@ -108,10 +103,8 @@ static const ctl_entry_t table[] = {
     {{"purge.budget_purges", "purges",
       "purges forced by the budget of free memory kept resident",
       U, X, RO}, F_PURGE_BUDGET, W_NONE},
-    {{"purge.madvise_calls", "calls",
-      "madvise(MADV_DONTNEED) calls", U, X, RO}, F_MADVISE_CALLS, W_NONE},
-    {{"purge.madvise_bytes", "bytes",
-      "bytes those calls covered", U, X, RO}, F_MADVISE_BYTES, W_NONE},
+    {{"purge.madvise_calls", "calls", "madvise(MADV_DONTNEED) calls", U, X, RO}, F_MADVISE_CALLS, W_NONE},
+    {{"purge.madvise_bytes", "bytes", "bytes those calls covered", U, X, RO}, F_MADVISE_BYTES, W_NONE},
     {{"purge.returned_bytes", "bytes",
       "free memory purged without unmapping it (whole units: an upper bound)",
       U, A, RO}, F_PURGED, W_NONE},
@@ -188,8 +181,7 @@ static const ctl_entry_t table[] = {
     {{"opt.stats", "0/1/2",
       "HAKMEM_STATS in force: 0 no report at exit, 1 the text report, 2 JSON",
       U, X, RW}, F_OPT_STATS, W_NONE},
-    {{"build.secure", "0/1",
-      "1: the hardened library (libhakmem-secure)", U, X, RO}, F_BUILD_SECURE, W_NONE},
+    {{"build.secure", "0/1", "1: the hardened library (libhakmem-secure)", U, X, RO}, F_BUILD_SECURE, W_NONE},
     {{"build.debug", "level",
       "debug level: 0 release, 2 debug build (invariant checks)", U, X, RO}, F_BUILD_DEBUG, W_NONE},
     {{"build.class_count", "classes",
@@ -197,6 +189,11 @@ static const ctl_entry_t table[] = {
     {{"build.valgrind", "0/1",
       "1: built with valgrind's memcheck.h, so hak_ blocks can be reported to memcheck",
       U, X, RO}, F_BUILD_VALGRIND, W_NONE},
+    {{"build.version", "version", "the library's version, major * 10000 + minor * 100 + patch "
+      "(0.1.0: 100)", U, X, RO}, F_BUILD_VERSION, W_NONE},
+    {{"build.musl", "0/1", "1: built for musl (musl-gcc); 0: for glibc", U, X, RO}, F_BUILD_MUSL, W_NONE},
+    {{"build.shared", "0/1", "1: the shared library, linked or preloaded; 0: the static archive (or the "
+      "Rust crate) linked into the program", U, X, RO}, F_BUILD_SHARED, W_NONE},
     {{"checker.memcheck", "0/1",
       "1: running under valgrind's memcheck, which sees every hak_ block",
       U, X, RO}, F_CHECKER_MEMCHECK, W_NONE},
@@ -381,6 +378,9 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_BUILD_DEBUG: return HAKMEM_DEBUG;
   case F_BUILD_CLASSES: return NUM_CLASSES;
   case F_BUILD_VALGRIND: return HAKMEM_VALGRIND;
+  case F_BUILD_VERSION: return BUILD_VERSION;
+  case F_BUILD_MUSL: return BUILD_MUSL;
+  case F_BUILD_SHARED: return BUILD_SHARED;
   case F_CHECKER_MEMCHECK: return hak_checker == CHECKER_MEMCHECK;
   case F_CHECKER_SANITIZER: return hak_checker == CHECKER_SANITIZER;
   case F_OS_UNMAP_REFUSED: return relaxed(&os_kept_bytes);

@@ -188,6 +188,9 @@ void stats_print(FILE *f) {
   hak_info_t info;
   info_of(&t, &info);
   out(f, "hakmem stats (pid %d)\n", (int)getpid());
+  out(f, "  build: hakmem %d.%d.%d, %s, %s, %s, %s\n", HAKMEM_VERSION_MAJOR, HAKMEM_VERSION_MINOR,
+      HAKMEM_VERSION_PATCH, HAKMEM_SECURE ? "hardened" : "default", HAKMEM_DEBUG ? "debug" : "release",
+      BUILD_MUSL ? "musl" : "glibc", BUILD_SHARED ? "shared library" : "static");
   out(f, "  %-8s %10s %12s %10s %12s\n", "class", "size", "live blocks", "slabs", "live bytes");
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     if (t.w.slabs[c] == 0) continue;

@@ -6,6 +6,18 @@
 
 #pragma GCC visibility push(hidden)
 
+/* ---- which build: the build.* names and the report's build line -------------------- */
+#define BUILD_VERSION (HAKMEM_VERSION_MAJOR * 10000 + HAKMEM_VERSION_MINOR * 100 + HAKMEM_VERSION_PATCH)
+#ifdef __GLIBC__
+#define BUILD_MUSL 0
+#else
+#define BUILD_MUSL 1 /* musl-gcc: the only other C library hakmem builds with */
+#endif
+#ifndef HAKMEM_SHARED
+#define HAKMEM_SHARED 0 /* 1 in the shared libraries (CMakeLists.txt) */
+#endif
+#define BUILD_SHARED HAKMEM_SHARED
+
 /* ---- stats.c: the report, read on demand ------------------------------------------ */
 /* Live blocks and slabs of classes [first, end) (the rest stay zero), walking every heap
  * and the abandoned lists: a snapshot, as other threads keep allocating. */

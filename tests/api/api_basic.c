@@ -559,6 +559,7 @@ static void test_reallocarray(void) {
   free(p);
 }
 
+#ifdef __GLIBC__ /* mallinfo and mallinfo2 are glibc's: musl has neither */
 static void test_mallinfo(void) {
   struct mallinfo2 before = mallinfo2();
   enum { N = 100000, SIZE = 100 };
@@ -586,6 +587,7 @@ static void test_mallinfo(void) {
   for (int i = 0; i < N; i++) free(ps[i]);
   free(ps);
 }
+#endif
 
 /* Runs fn with stderr (fd 2) sent to a temporary file; returns how many bytes it wrote. */
 static long capture_stderr(void (*fn)(void)) {
@@ -741,7 +743,9 @@ int main(int argc, char **argv) {
   RUN(test_valloc_pvalloc);
   RUN(test_free_sized);
   RUN(test_reallocarray);
+#ifdef __GLIBC__
   RUN(test_mallinfo);
+#endif
   RUN(test_stats_and_trim);
   RUN(test_libc_aliases);
   RUN(test_hakmem_api);

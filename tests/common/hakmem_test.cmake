@@ -1,8 +1,9 @@
-# hakmem_add_test(<name> <source>... [NO_TEST] [TIMEOUT <seconds>] [ARGS <arg>...])
+# hakmem_add_test(<name> <source>... [NO_TEST] [PLAIN] [TIMEOUT <seconds>] [ARGS <arg>...])
 #
 # Builds one test program linked to the `hakmem` library (so its malloc, free and
 # operator new/delete are hakmem's) and registers it with ctest under <name>, unless
 # NO_TEST: then only another build's run of it is registered (tests/CMakeLists.txt).
+# PLAIN: linked dynamically with no allocator, for a test that preloads one.
 #
 # The compiler must not reason about allocation calls it believes it knows: it may
 # delete a malloc/free pair, assume calloc's memory is zero or fold an alignment check.
@@ -12,13 +13,30 @@ find_package(Threads REQUIRED)
 
 set(HAKMEM_TEST_COMMON_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
+# hakmem_test_link(<target> <library>): links a test program with `hakmem`,
+# `hakmem_secure` or no allocator (""). With HAKMEM_TEST_STATIC (.ci/static) every test
+# program is a static executable (-static), and `hakmem` means libhakmem.a.
+function(hakmem_test_link target library)
+  if(HAKMEM_TEST_STATIC)
+    if(library STREQUAL "hakmem")
+      set(library hakmem_static)
+    endif()
+    target_link_options(${target} PRIVATE -static)
+  endif()
+  target_link_libraries(${target} PRIVATE ${library} Threads::Threads)
+endfunction()
+
 function(hakmem_add_test name)
-  cmake_parse_arguments(PARSE_ARGV 1 T "NO_TEST" "TIMEOUT" "ARGS")
+  cmake_parse_arguments(PARSE_ARGV 1 T "NO_TEST;PLAIN" "TIMEOUT" "ARGS")
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
   add_executable(${name} ${T_UNPARSED_ARGUMENTS})
-  target_link_libraries(${name} PRIVATE hakmem Threads::Threads)
+  if(T_PLAIN)
+    target_link_libraries(${name} PRIVATE Threads::Threads)
+  else()
+    hakmem_test_link(${name} hakmem)
+  endif()
   target_include_directories(${name} PRIVATE
     "${HAKMEM_TEST_COMMON_DIR}" "${HAKMEM_TEST_COMMON_DIR}/../../include")
   set_target_properties(${name} PROPERTIES

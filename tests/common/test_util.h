@@ -51,6 +51,13 @@
 extern "C" {
 #endif
 
+/* glibc's extensions that hakmem defines everywhere and musl's <malloc.h> does not declare. */
+#ifndef __GLIBC__
+int malloc_trim(size_t pad);
+void malloc_stats(void);
+void *pvalloc(size_t size);
+#endif
+
 /* C23 sized frees: older glibc (2.36 here) lacks them, so they are weak too and the tests fall
  * back to free() when they are absent. */
 #ifndef __cplusplus

@@ -309,6 +309,15 @@ static void constants(void) {
   CHECK(get("slab_map.reserved") <= 1, "slab_map.reserved %" PRIu64, get("slab_map.reserved"));
   CHECK(get("build.debug") == 0 || get("build.debug") == 2, "build.debug %" PRIu64, get("build.debug"));
   CHECK(get("build.secure") <= 1 && get("build.valgrind") <= 1, "switches");
+  /* Which allocator: this program is linked with the shared library, built for its libc. */
+  uint64_t version = HAKMEM_VERSION_MAJOR * 10000 + HAKMEM_VERSION_MINOR * 100 + HAKMEM_VERSION_PATCH;
+  CHECK(get("build.version") == version, "build.version %" PRIu64 ", not %" PRIu64, get("build.version"), version);
+#ifdef __GLIBC__
+  CHECK(get("build.musl") == 0, "build.musl %" PRIu64 " in a glibc program", get("build.musl"));
+#else
+  CHECK(get("build.musl") == 1, "build.musl %" PRIu64 " in a musl program", get("build.musl"));
+#endif
+  CHECK(get("build.shared") == 1, "build.shared %" PRIu64 " with libhakmem.so", get("build.shared"));
   CHECK(get("checker.memcheck") == 0 && get("checker.sanitizer") == 0, "a checker seen where there is none");
 }
 

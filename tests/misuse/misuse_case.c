@@ -462,6 +462,14 @@ static void overflow_at_1m(size_t size) { overflow_by(size, (ptrdiff_t)(size - 1
 
 static void underflow_1m(size_t size) {
   char *p = xmalloc(size);
+  /* The default build's small-block outcome (cases.def) holds for a block within 1 MiB
+   * of its 64 MiB region's start. A static glibc program's start-up takes slabs of
+   * several classes first, and the block lies further in: the case cannot be set up. */
+  if (MISUSE_BUILD == 0 && size < (256 << 10) && ((uintptr_t)p & ((64u << 20) - 1)) >= MIB) {
+    fprintf(stderr, "misuse_case: the block is %#lx into its region, not within 1 MiB of its start\n",
+            (unsigned long)((uintptr_t)p & ((64u << 20) - 1)));
+    exit(EXIT_SKIP);
+  }
   misuse_announce(p);
   volatile char *v = tu_hide(p);
   for (size_t i = 1; i <= MIB; i++) v[-(ptrdiff_t)i] ^= 0x5a; /* downwards, as it runs */
