@@ -179,6 +179,16 @@ def coverage(result):
     return huge / anon
 
 
+def most_coverage(result):
+    """The largest AnonHugePages seen, over Anonymous at the peak, or None: how much of
+    the heap was in huge pages at most, where the peak comes before the huge pages (a
+    heap that grows, then frees a table it rebuilt, before its ranges are collapsed)."""
+    anon, huge = result.get("anon_peak_kib"), result.get("anon_huge_max_kib")
+    if not anon or huge is None:
+        return None
+    return huge / anon
+
+
 # ---- the programs ----------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ from collections import OrderedDict
 
 import programs_report
 import stats
-from bigheap import DEFAULT_ANCHORS, HUGEPAGE_ANCHORS, KIND, coverage
+from bigheap import DEFAULT_ANCHORS, HUGEPAGE_ANCHORS, KIND, coverage, most_coverage
 from tables import fmt_num, fmt_ratio, md_table
 
 CPU = lambda r: r.get("cpu_seconds")  # noqa: E731
 RSS = lambda r: r.get("peak_rss_kib")  # noqa: E731
 COVERAGE = lambda r: coverage(r.get("result") or {})  # noqa: E731
+MOST_COVERAGE = lambda r: most_coverage(r.get("result") or {})  # noqa: E731
 MINE, NOTHP = "hakmem", "hakmem-nothp"
 # Issue 46, item 3: (what, anchors, the most hakmem's geometric mean of per-program
 # medians of per-round CPU ratios may be)
@@ -186,7 +187,9 @@ def render(meta, records):
     out += ["### CPU time (s), median [min–max]", "", _cells(groups, allocators, CPU, fmt_num), "",
             "### Peak RSS (MiB), median [min–max]", "", _cells(groups, allocators, RSS, mib), "",
             "### Huge-page coverage at the peak, median [min–max]", "",
-            _cells(groups, allocators, COVERAGE, pct), ""]
+            _cells(groups, allocators, COVERAGE, pct), "",
+            "### Huge pages at most (the largest AnonHugePages seen over Anonymous at the peak), median [min–max]",
+            "", _cells(groups, allocators, MOST_COVERAGE, pct), ""]
     for title, value in (("CPU time", CPU), ("Peak RSS", RSS)):
         if "glibc" in allocators:
             table = ratio_table(groups, allocators, "glibc", value)

@@ -429,10 +429,10 @@ typedef struct hak_global_stats {
   _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
   _Atomic uint64_t short_mappings; /* regions and heap chunks mapped short (ulimit -v) */
   /* Huge pages (space/range.c, space/thp.c): bytes of ranges collapsed and whole; ranges
-   * collapsed; failed collapses; ranges left to khugepaged; huge pages given back whole;
+   * collapsed; fresh ranges made huge before use; failed collapses; ranges left to khugepaged; huge pages given back whole;
    * huge pages broken by a purge of part of them. */
   _Atomic size_t thp_huge_bytes;
-  _Atomic uint64_t thp_collapsed, thp_failed, thp_advised, thp_returned_whole, thp_broken;
+  _Atomic uint64_t thp_collapsed, thp_fresh, thp_failed, thp_advised, thp_returned_whole, thp_broken;
 } hak_global_stats_t;
 extern hak_global_stats_t hak_gstats;
 extern uintptr_t hak_cookie;   /* random per process (init.c) */

@@ -81,20 +81,24 @@ static uintptr_t block_start(uintptr_t base, size_t n, size_t align) {
  * fifth less CPU time (counted as minor faults all the same). Whether it does is learnt
  * per thread: each block's last fresh page that the tail canary is not on, its sentinel,
  * is left to the program and looked at (mincore) at the thread's next large malloc or at
- * the block's free, whichever comes first. The next block is prefaulted if the sentinel
- * was written, so a block the program leaves mostly unwritten is prefaulted at most once
- * per change of habit (and its own sentinel, left alone, turns prefaulting off). Not for
+ * the block's free, whichever comes first. The next block is prefaulted if the sentinels
+ * of the last two were written (PREFAULT_STREAK: one block written whole, a structure
+ * initialised at start-up say, is no habit: barnes's next table is 13 MB it never
+ * writes whole), so a block the program leaves mostly unwritten is prefaulted at most
+ * once per change of habit (and its own sentinel, left alone, turns prefaulting off). Not for
  * calloc (sparse tables that read as zero), nor for realloc's growing blocks, nor with
  * transparent huge pages (a fault fills 2 MiB). */
 static __thread uintptr_t prefault_sentinel __attribute__((tls_model("initial-exec")));
-static __thread bool prefault_on __attribute__((tls_model("initial-exec")));
+static __thread uint8_t prefault_streak __attribute__((tls_model("initial-exec")));
+#define PREFAULT_STREAK 2 /* sentinels written in a row before a block is prefaulted */
 
 /* Looks at the last block's sentinel, if not looked at yet. */
 static void prefault_look(void) {
   uintptr_t sentinel = prefault_sentinel;
   if (sentinel == 0) return;
   prefault_sentinel = 0;
-  prefault_on = os_page_resident((const void *)sentinel);
+  if (!os_page_resident((const void *)sentinel)) prefault_streak = 0;
+  else if (prefault_streak < PREFAULT_STREAK) prefault_streak++;
 }
 
 /* The block of n bytes at p in a span at base whose first `resident` bytes an earlier use
@@ -164,7 +168,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   size_t units = units_for(n, align);
   bool learn = !(flags & (LARGE_ZERO | LARGE_GROWING));
   if (learn) prefault_look();
-  bool prefault_now = learn && prefault_on;
+  bool prefault_now = learn && prefault_streak >= PREFAULT_STREAK;
   /* A cached span up to a quarter bigger is as good as a new one; a growing block will
    * fill one twice as big (its written pages are resident anyway while cached). */
   hak_slab_t *s = NULL;

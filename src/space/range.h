@@ -60,6 +60,7 @@ typedef struct region_range {
   uint32_t range;
   uint8_t purges; /* the range's purge count when picked */
   bool unadvise;
+  bool fresh;            /* a fresh range to make huge before use (region_thp_fresh) */
   uint8_t used;          /* its units in spans when picked */
   uint16_t seen_pages;   /* what the last look saw (hak_region_t's range_seen_pages) */
   uint8_t seen_used;
@@ -67,6 +68,8 @@ typedef struct region_range {
 } region_range_t;
 typedef enum { THP_COLLAPSED, THP_ADVISED, THP_NOT_DONE } region_thp_outcome_t;
 size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max);
+/* Up to max fresh ranges (all units free, none resident), newest region first, pinned. */
+size_t region_thp_fresh(region_range_t *out, size_t max);
 void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint32_t now_ms);
 bool region_thp_min_in_use(size_t bytes); /* are at least `bytes` in spans? */
 bool region_thp_still_dense(const region_range_t *c); /* takes region_lock */

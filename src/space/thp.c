@@ -8,8 +8,20 @@
  * resident) and collapses each into one huge page with MADV_COLLAPSE, off every malloc
  * path. Placement (region.c) fills the fullest range first, so ranges fill up and fall
  * free together; purging gives a huge page back whole and breaks one only when the
- * budget needs its free units (counted). Off with HAKMEM_THP=0, THP `never` or
- * PR_SET_THP_DISABLE (asked at every pass), and without the purge thread. */
+ * budget needs its free units (counted). A range whose units are all in spans and
+ * whose pages are all resident is collapsed at its first look: it is no frontier.
+ *
+ * A heap that grows fast past THP_GROW_MIN gets huge pages before it writes them: at
+ * each pass the purge thread makes as many fresh ranges (no unit in a span, no page
+ * resident) huge pages as the heap grew by since the pass before (at most 1/32 of what
+ * is in spans, THP_FRESH_MAX), with one page populated and MADV_COLLAPSE, which fills
+ * the rest with zeros: no copy, and no fault for the 511 other pages. Their units are
+ * then resident free units, which placement takes first; what the heap does not take
+ * within the purge delay goes back whole. A process below THP_GROW_MIN, or one that
+ * stopped growing, gets none.
+ *
+ * Off with HAKMEM_THP=0, THP `never` or PR_SET_THP_DISABLE (asked at every pass), and
+ * without the purge thread. */
 
 #include "space/space.h"
 
@@ -32,6 +44,9 @@
  * (secure_hooks.c), and a collapse fails on a range that holds one. */
 #define COLLAPSE_MIN_RESIDENT (HAKMEM_SECURE ? RANGE_UNITS : RANGE_UNITS * 7 / 8)
 #define THP_LOOK_MS 1000u
+#define THP_LOOK_FULL_MS 100u /* a range all in spans: looked at again this soon */
+#define THP_GROW_MIN ((size_t)32 << 20) /* in spans, before fresh ranges are made huge */
+#define THP_FRESH_MAX 16                /* fresh ranges made huge in a pass, at most */
 
 size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max) {
   size_t n = 0;
@@ -40,9 +55,10 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
       uint32_t bit = (uint32_t)1 << g;
       bool unadvise = r->unadvise_ranges & bit;
       if (!unadvise) {
+        uint32_t look_ms = r->range_used[g] == RANGE_UNITS ? THP_LOOK_FULL_MS : THP_LOOK_MS;
         if (!collapse || ((r->huge_ranges | r->advised_ranges) & bit) ||
             r->range_used[g] < COLLAPSE_MIN_USED ||
-            (r->range_look_ms[g] != 0 && now_ms - r->range_look_ms[g] < THP_LOOK_MS))
+            (r->range_look_ms[g] != 0 && now_ms - r->range_look_ms[g] < look_ms))
           continue;
         size_t first = g * RANGE_UNITS, resident = r->range_used[g];
         for (size_t u = first; u < first + RANGE_UNITS; u++)
@@ -52,8 +68,26 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
       }
       r->unadvise_ranges &= ~bit;
       r->pins++;
-      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], unadvise, r->range_used[g],
+      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], unadvise, false, r->range_used[g],
                                   r->range_seen_pages[g], r->range_seen_used[g], 0};
+    }
+  }
+  return n;
+}
+
+size_t region_thp_fresh(region_range_t *out, size_t max) {
+  size_t n = 0;
+  for (hak_region_t *r = regions; r != NULL && n < max; r = r->next) {
+    if (r->free_units < RANGE_UNITS || r->dirty_free_units + RANGE_UNITS > r->free_units) continue;
+    for (size_t g = 1; g < RANGES_PER_REGION && n < max; g++) {
+      uint32_t bit = (uint32_t)1 << g;
+      size_t first = g * RANGE_UNITS;
+      if (r->range_used[g] != 0 || ((r->huge_ranges | r->advised_ranges | r->unadvise_ranges) & bit) ||
+          first + RANGE_UNITS > r->mapped_units || count_bits(r->free_bits, first, RANGE_UNITS) != RANGE_UNITS ||
+          count_bits(r->dirty_bits, first, RANGE_UNITS) != 0)
+        continue;
+      r->pins++;
+      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], false, true, 0, 0, 0, 0};
     }
   }
   return n;
@@ -111,12 +145,28 @@ static region_thp_outcome_t thp_do(region_range_t *c) {
     os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
     return THP_NOT_DONE;
   }
+  bool missing = hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed);
+  if (c->fresh) {
+    /* Populating a page, and collapsing, keep what a span taken meanwhile wrote there. */
+    if (missing || !os_populate(p, os_page_size())) return THP_NOT_DONE;
+    os_collapse_t how = os_collapse(p, HUGE_PAGE_SIZE, false);
+    if (how != OS_COLLAPSED) {
+      atomic_fetch_add_explicit(&hak_gstats.thp_failed, 1, memory_order_relaxed);
+      if (how == OS_COLLAPSE_ADVISED) { /* no MADV_COLLAPSE: no advice left for faults there */
+        os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
+        if (os_thp_allowed()) atomic_store_explicit(&collapse_missing, true, memory_order_relaxed);
+      }
+      return THP_NOT_DONE;
+    }
+    atomic_fetch_add_explicit(&hak_gstats.thp_fresh, 1, memory_order_relaxed);
+    return THP_COLLAPSED;
+  }
   if (!region_thp_still_dense(c)) return THP_NOT_DONE;
   size_t pages = os_resident_pages(p, HUGE_PAGE_SIZE);
   c->pages = (uint16_t)(pages + 1);
-  if (pages < THP_MIN_RESIDENT_PAGES || c->pages != c->seen_pages || c->used != c->seen_used)
+  bool full = c->used == RANGE_UNITS && pages == HUGE_PAGE_SIZE / 4096;
+  if (!full && (pages < THP_MIN_RESIDENT_PAGES || c->pages != c->seen_pages || c->used != c->seen_used))
     return THP_NOT_DONE; /* not dense, or still changing: looked at again later */
-  bool missing = hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed);
   switch (os_collapse(p, HUGE_PAGE_SIZE, missing)) {
   case OS_COLLAPSED:
     atomic_fetch_add_explicit(&hak_gstats.thp_collapsed, 1, memory_order_relaxed);
@@ -137,14 +187,31 @@ static region_thp_outcome_t thp_do(region_range_t *c) {
   return THP_NOT_DONE;
 }
 
+/* Units in spans at the last pass (the purge thread's own). */
+static size_t thp_last_used;
+
+/* How many fresh ranges to make huge now, under region_lock: enough for the growth since
+ * the last pass, less the resident free units placement takes first. */
+static size_t fresh_wanted(bool allowed) {
+  size_t used = region_used_units, grown = used > thp_last_used ? used - thp_last_used : 0;
+  thp_last_used = used;
+  if (!allowed || hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed) ||
+      used * UNIT_SIZE < THP_GROW_MIN)
+    return 0;
+  size_t target = grown < used / 32 ? grown : used / 32;
+  if (target > THP_FRESH_MAX * RANGE_UNITS) target = THP_FRESH_MAX * RANGE_UNITS;
+  return target > region_dirty_units ? (target - region_dirty_units + RANGE_UNITS - 1) / RANGE_UNITS : 0;
+}
+
 size_t thp_pass(uint64_t now_ms) {
   if (!hak_opt.thp) return 0;
   bool allowed = os_thp_allowed();
-  region_range_t c[THP_BATCH];
-  region_thp_outcome_t out[THP_BATCH];
+  region_range_t c[THP_FRESH_MAX + THP_BATCH];
+  region_thp_outcome_t out[THP_FRESH_MAX + THP_BATCH];
   pthread_mutex_lock(&region_lock);
-  size_t n = region_thp_candidates((uint32_t)now_ms, allowed && region_thp_min_in_use(THP_MIN_IN_USE),
-                                   c, THP_BATCH);
+  size_t n = region_thp_fresh(c, fresh_wanted(allowed));
+  n += region_thp_candidates((uint32_t)now_ms, allowed && region_thp_min_in_use(THP_MIN_IN_USE),
+                             c + n, THP_BATCH);
   pthread_mutex_unlock(&region_lock);
   size_t collapsed = 0;
   for (size_t i = 0; i < n; i++) {

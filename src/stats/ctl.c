@@ -20,7 +20,7 @@ enum figure {
   F_REMOTE_PUSHES, F_REMOTE_BLOCKS,
   F_PURGE_PASSES, F_PURGE_BUDGET, F_MADVISE_CALLS, F_MADVISE_BYTES, F_PURGED, F_UNMAPPED,
   F_PURGE_THREADS, F_PURGE_THREAD_PASSES, F_PURGE_THREAD_WOKEN, F_PURGE_THREAD_TRIMS,
-  F_THP_BYTES, F_THP_COLLAPSED, F_THP_FAILED, F_THP_ADVISED, F_THP_WHOLE, F_THP_BROKEN,
+  F_THP_BYTES, F_THP_COLLAPSED, F_THP_FRESH, F_THP_FAILED, F_THP_ADVISED, F_THP_WHOLE, F_THP_BROKEN,
   F_THREADS_ALIVE, F_THREADS_EXITED,
   F_HEAPS_CREATED, F_HEAPS_TAKEN, F_HEAPS_BY_FREE, F_HEAP_WAITS, F_HEAP_WAITS_VAIN,
   F_HEAPS_DISSOLVED,
@@ -128,6 +128,9 @@ static const ctl_entry_t table[] = {
     {{"thp.collapsed", "ranges",
       "dense 2 MiB ranges the purge thread made huge pages (MADV_COLLAPSE)",
       U, X, RO}, F_THP_COLLAPSED, W_NONE},
+    {{"thp.fresh", "ranges",
+      "fresh 2 MiB ranges of a growing heap the purge thread made huge pages before their use",
+      U, X, RO}, F_THP_FRESH, W_NONE},
     {{"thp.collapse_failures", "ranges",
       "collapses the kernel refused: no huge page free, or no MADV_COLLAPSE",
       U, X, RO}, F_THP_FAILED, W_NONE},
@@ -346,6 +349,7 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_PURGE_THREAD_WOKEN: return purge_thread_count(PT_WOKEN);
   case F_THP_BYTES: return relaxed_size(&g->thp_huge_bytes);
   case F_THP_COLLAPSED: return relaxed(&g->thp_collapsed);
+  case F_THP_FRESH: return relaxed(&g->thp_fresh);
   case F_THP_FAILED: return relaxed(&g->thp_failed);
   case F_THP_ADVISED: return relaxed(&g->thp_advised);
   case F_THP_WHOLE: return relaxed(&g->thp_returned_whole);

@@ -219,8 +219,9 @@ void stats_print(FILE *f) {
       (unsigned long long)atomic_load(&os_purge_calls), mib(atomic_load(&os_purge_bytes)),
       (unsigned long long)purge_thread_count(PT_PASSES), (unsigned long long)purge_thread_count(PT_WOKEN),
       (unsigned long long)purge_thread_count(PT_TRIMS));
-  out(f, "  huge pages: %.2f MiB, %llu ranges collapsed, %llu collapse failures, %llu left to khugepaged, %llu given back whole, %llu broken by purging\n",
+  out(f, "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu collapse failures, %llu left to khugepaged, %llu given back whole, %llu broken by purging\n",
       mib(atomic_load(&hak_gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&hak_gstats.thp_collapsed),
+      (unsigned long long)atomic_load(&hak_gstats.thp_fresh),
       (unsigned long long)atomic_load(&hak_gstats.thp_failed),
       (unsigned long long)atomic_load(&hak_gstats.thp_advised),
       (unsigned long long)atomic_load(&hak_gstats.thp_returned_whole),
