@@ -64,11 +64,11 @@ HAK_API void hak_malloc_stats(void);
 
 /* Process-wide figures, in bytes. */
 typedef struct hak_info {
-  size_t in_use;        /* bytes in live blocks (block sizes, not requests) */
-  size_t peak_in_use;   /* highest in_use seen */
-  size_t mapped;        /* address space currently mapped by hakmem */
-  size_t committed;     /* mapped and not returned to the OS (an upper bound on RSS) */
-  size_t released;      /* bytes returned to the OS so far (purges and unmaps) */
+  size_t in_use;      /* bytes in live blocks (block sizes, not requests) */
+  size_t peak_in_use; /* highest in_use seen */
+  size_t mapped;      /* address space currently mapped by hakmem */
+  size_t committed;   /* mapped and not returned to the OS (an upper bound on RSS) */
+  size_t released;    /* bytes returned to the OS so far (purges and unmaps) */
 } hak_info_t;
 HAK_API void hak_get_info(hak_info_t *info);
 
@@ -108,12 +108,12 @@ HAK_API int hak_stats_json_buf(char *buf, size_t len, size_t *needed);
 /* The table of names: entry i, or NULL past the last. A name with "<n>" stands for one
  * per size class, <n> from 0 to the value of "build.class_count" - 1. */
 typedef struct hak_ctl_desc {
-  const char *name;  /* "total.in_use", "class.<n>.live_blocks", ... */
-  const char *unit;  /* "bytes", "blocks", "slabs", "calls", "threads", "ms", ... */
-  const char *doc;   /* what it is, in one line */
-  int is_signed;     /* 1: int64_t; 0: uint64_t */
-  int exact;         /* 1: exact; 0: approximate (a snapshot or an estimate) */
-  int writable;      /* 1: hak_ctl_set can change it */
+  const char *name; /* "total.in_use", "class.<n>.live_blocks", ... */
+  const char *unit; /* "bytes", "blocks", "slabs", "calls", "threads", "ms", ... */
+  const char *doc;  /* what it is, in one line */
+  int is_signed;    /* 1: int64_t; 0: uint64_t */
+  int exact;        /* 1: exact; 0: approximate (a snapshot or an estimate) */
+  int writable;     /* 1: hak_ctl_set can change it */
 } hak_ctl_desc_t;
 HAK_API const hak_ctl_desc_t *hak_ctl_describe(size_t index);
 
@@ -204,8 +204,7 @@ HAK_API hak_heap_t *hak_heap_get_default(void);
  * live block with its usable size, until it returns non-zero; returns that value, or 0.
  * The visitor must not allocate from the heap, free its blocks or destroy it. Blocks
  * that other threads freed but have not handed over yet are not visited. */
-HAK_API int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t size, void *arg),
-                           void *arg);
+HAK_API int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t size, void *arg), void *arg);
 
 /* A heap's figures (a snapshot), from any thread, provided the heap is not destroyed or
  * released meanwhile. Blocks other threads freed that still wait to be handed over

@@ -32,9 +32,9 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # (file that refers, symbol): the upward references the layer picture names.
 ALLOWED = {
     # The first allocation of a process runs its set-up.
-    ("heap_lifecycle.c", "hak_process_init"),
-    ("heap_lifecycle.c", "hak_thread_key"),
-    ("heap_lifecycle.c", "hak_key_ready"),
+    ("heap_lifecycle.c", "init_process"),
+    ("heap_lifecycle.c", "thread_key"),
+    ("heap_lifecycle.c", "thread_key_ready"),
     # Under memcheck or a sanitizer, the checked hak_ functions call the process's own
     # malloc and friends: the checker's, whichever object defines them.
     ("checkers.c", "malloc"),

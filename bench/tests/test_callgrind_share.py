@@ -109,7 +109,7 @@ class ShareTest(unittest.TestCase):
                             ("realloc", "realloc"), ("reallocarray", "realloc"), ("posix_memalign", "aligned"),
                             ("aligned_alloc", "aligned"), ("malloc_usable_size", "usable_size"),
                             ("malloc_size", "usable_size"),
-                            ("hak_constructor", "other")]:
+                            ("init_constructor", "other")]:
             self.assertEqual(callgrind_share.group_of(name), group, name)
 
     def test_two_positions_and_files_add_up(self):

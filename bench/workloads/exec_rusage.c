@@ -31,61 +31,56 @@
 
 #define PRELOAD_VAR "BENCH_CHILD_LD_PRELOAD"
 
-static long long usec(struct timeval tv)
-{
-    return (long long)tv.tv_sec * 1000000LL + tv.tv_usec;
-}
+static long long usec(struct timeval tv) { return (long long)tv.tv_sec * 1000000LL + tv.tv_usec; }
 
-int main(int argc, char **argv)
-{
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s OUTFILE PROGRAM [ARGS...]\n", argv[0]);
-        return 125;
-    }
-    const char *outfile = argv[1];
-    const char *preload = getenv(PRELOAD_VAR);
-    if (preload != NULL) {
-        if (preload[0] != '\0')
-            setenv("LD_PRELOAD", preload, 1);
-        else
-            unsetenv("LD_PRELOAD");
-        unsetenv(PRELOAD_VAR);
-    }
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s OUTFILE PROGRAM [ARGS...]\n", argv[0]);
+    return 125;
+  }
+  const char *outfile = argv[1];
+  const char *preload = getenv(PRELOAD_VAR);
+  if (preload != NULL) {
+    if (preload[0] != '\0') setenv("LD_PRELOAD", preload, 1);
+    else unsetenv("LD_PRELOAD");
+    unsetenv(PRELOAD_VAR);
+  }
 
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("exec_rusage: fork");
-        return 125;
-    }
-    if (pid == 0) {
-        execvp(argv[2], argv + 2);
-        fprintf(stderr, "exec_rusage: cannot run %s: %s\n", argv[2], strerror(errno));
-        _exit(127);
-    }
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("exec_rusage: fork");
+    return 125;
+  }
+  if (pid == 0) {
+    execvp(argv[2], argv + 2);
+    fprintf(stderr, "exec_rusage: cannot run %s: %s\n", argv[2], strerror(errno));
+    _exit(127);
+  }
 
-    int status = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    while (wait4(pid, &status, 0, &ru) < 0) {
-        if (errno != EINTR) {
-            perror("exec_rusage: wait4");
-            return 125;
-        }
+  int status = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  while (wait4(pid, &status, 0, &ru) < 0) {
+    if (errno != EINTR) {
+      perror("exec_rusage: wait4");
+      return 125;
     }
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 
-    FILE *f = fopen(outfile, "w");
-    if (f == NULL) {
-        perror("exec_rusage: cannot write the result file");
-        return 125;
-    }
-    fprintf(f, "utime_us=%lld stime_us=%lld maxrss_kib=%ld minflt=%ld majflt=%ld nvcsw=%ld nivcsw=%ld "
-               "exit=%d\n",
-            usec(ru.ru_utime), usec(ru.ru_stime), ru.ru_maxrss, ru.ru_minflt, ru.ru_majflt, ru.ru_nvcsw,
-            ru.ru_nivcsw, code);
-    if (fclose(f) != 0) {
-        perror("exec_rusage: cannot write the result file");
-        return 125;
-    }
-    return code >= 0 ? code : 128 - code;
+  FILE *f = fopen(outfile, "w");
+  if (f == NULL) {
+    perror("exec_rusage: cannot write the result file");
+    return 125;
+  }
+  fprintf(f,
+          "utime_us=%lld stime_us=%lld maxrss_kib=%ld minflt=%ld majflt=%ld nvcsw=%ld nivcsw=%ld "
+          "exit=%d\n",
+          usec(ru.ru_utime), usec(ru.ru_stime), ru.ru_maxrss, ru.ru_minflt, ru.ru_majflt, ru.ru_nvcsw,
+          ru.ru_nivcsw, code);
+  if (fclose(f) != 0) {
+    perror("exec_rusage: cannot write the result file");
+    return 125;
+  }
+  return code >= 0 ? code : 128 - code;
 }

@@ -18,67 +18,62 @@
 #include "bench_common.h"
 
 typedef struct {
-    unsigned char *given; /* passive mode: the block handed over by the main thread */
-    size_t given_size;
+  unsigned char *given; /* passive mode: the block handed over by the main thread */
+  size_t given_size;
 } worker;
 
 static uint64_t rounds, writes, object_size;
 
-static void *writer_thread(void *arg)
-{
-    worker *w = arg;
-    if (w->given != NULL) {
-        bench_check_stamp(w->given, w->given_size);
-        free(w->given);
-    }
-    for (uint64_t r = 0; r < rounds; r++) {
-        volatile unsigned char *p = bench_check_alloc(malloc(object_size), object_size);
-        for (size_t k = 0; k < object_size; k++)
-            p[k] = 0;
-        for (uint64_t i = 0; i < writes; i++)
-            for (size_t k = 0; k < object_size; k++)
-                p[k]++;
-        for (size_t k = 0; k < object_size; k++)
-            if (p[k] != (unsigned char)writes)
-                bench_fail("byte %zu of a block holds %u after %llu increments", k, p[k],
-                           (unsigned long long)writes);
-        free((void *)p);
-    }
-    return NULL;
+static void *writer_thread(void *arg) {
+  worker *w = arg;
+  if (w->given != NULL) {
+    bench_check_stamp(w->given, w->given_size);
+    free(w->given);
+  }
+  for (uint64_t r = 0; r < rounds; r++) {
+    volatile unsigned char *p = bench_check_alloc(malloc(object_size), object_size);
+    for (size_t k = 0; k < object_size; k++) p[k] = 0;
+    for (uint64_t i = 0; i < writes; i++)
+      for (size_t k = 0; k < object_size; k++) p[k]++;
+    for (size_t k = 0; k < object_size; k++)
+      if (p[k] != (unsigned char)writes)
+        bench_fail("byte %zu of a block holds %u after %llu increments", k, p[k], (unsigned long long)writes);
+    free((void *)p);
+  }
+  return NULL;
 }
 
-int main(int argc, char **argv)
-{
-    bench_init("false_sharing", "bench_false_sharing MODE(active|passive) [ROUNDS=1000] "
-                                "[WRITES=10000] [OBJECT_SIZE=8] [THREADS=2]");
-    bench_arg_count(argc, 5);
-    if (argc < 2 || (strcmp(argv[1], "active") != 0 && strcmp(argv[1], "passive") != 0))
-        bench_usage("MODE must be active or passive");
-    bool passive = strcmp(argv[1], "passive") == 0;
-    rounds = bench_arg_u64(argc, argv, 2, 1000);
-    writes = bench_arg_u64(argc, argv, 3, 10000);
-    object_size = bench_arg_u64(argc, argv, 4, 8);
-    unsigned threads = bench_arg_threads(argc, argv, 5, 2);
-    if (object_size < 1)
-        bench_usage("OBJECT_SIZE must be at least 1");
+int main(int argc, char **argv) {
+  bench_init("false_sharing",
+             "bench_false_sharing MODE(active|passive) [ROUNDS=1000] "
+             "[WRITES=10000] [OBJECT_SIZE=8] [THREADS=2]");
+  bench_arg_count(argc, 5);
+  if (argc < 2 || (strcmp(argv[1], "active") != 0 && strcmp(argv[1], "passive") != 0))
+    bench_usage("MODE must be active or passive");
+  bool passive = strcmp(argv[1], "passive") == 0;
+  rounds = bench_arg_u64(argc, argv, 2, 1000);
+  writes = bench_arg_u64(argc, argv, 3, 10000);
+  object_size = bench_arg_u64(argc, argv, 4, 8);
+  unsigned threads = bench_arg_threads(argc, argv, 5, 2);
+  if (object_size < 1) bench_usage("OBJECT_SIZE must be at least 1");
 
-    worker *workers = bench_check_alloc(calloc(threads, sizeof *workers), threads * sizeof *workers);
-    if (passive) {
-        for (unsigned t = 0; t < threads; t++) {
-            workers[t].given_size = object_size;
-            workers[t].given = bench_check_alloc(malloc(object_size), object_size);
-            bench_stamp(workers[t].given, object_size);
-        }
+  worker *workers = bench_check_alloc(calloc(threads, sizeof *workers), threads * sizeof *workers);
+  if (passive) {
+    for (unsigned t = 0; t < threads; t++) {
+      workers[t].given_size = object_size;
+      workers[t].given = bench_check_alloc(malloc(object_size), object_size);
+      bench_stamp(workers[t].given, object_size);
     }
+  }
 
-    double start = bench_now();
-    bench_run_threads(threads, writer_thread, workers, sizeof *workers);
-    double seconds = bench_now() - start;
+  double start = bench_now();
+  bench_run_threads(threads, writer_thread, workers, sizeof *workers);
+  double seconds = bench_now() - start;
 
-    free(workers);
-    bench_result(rounds * writes * threads, seconds,
-                 " mode=%s threads=%u rounds=%llu writes=%llu object_size=%llu",
-                 passive ? "passive" : "active", threads, (unsigned long long)rounds,
-                 (unsigned long long)writes, (unsigned long long)object_size);
-    return 0;
+  free(workers);
+  bench_result(rounds * writes * threads, seconds,
+               " mode=%s threads=%u rounds=%llu writes=%llu object_size=%llu", passive ? "passive" : "active",
+               threads, (unsigned long long)rounds, (unsigned long long)writes,
+               (unsigned long long)object_size);
+  return 0;
 }

@@ -69,10 +69,11 @@ int main(int argc, char **argv) {
   qsort(cycles, n, sizeof *cycles, cmp_u64);
   uint64_t mx = cycles[n - 1], p9999 = cycles[n - 1 - n / 10000], p999 = cycles[n - 1 - n / 1000],
            med = cycles[n / 2];
-  printf("malloc_tail mib=%zu size=%zu calls=%zu tsc_ghz=%.3f max_cycles=%llu p99.99_cycles=%llu "
-         "p99.9_cycles=%llu median_cycles=%llu max_us=%.1f p99.99_us=%.2f over_100us=%zu over_1ms=%zu\n",
-         mib, size, n, ghz, (unsigned long long)mx, (unsigned long long)p9999,
-         (unsigned long long)p999, (unsigned long long)med, mx / ghz / 1e3, p9999 / ghz / 1e3, over_100us, over_1ms);
+  printf(
+      "malloc_tail mib=%zu size=%zu calls=%zu tsc_ghz=%.3f max_cycles=%llu p99.99_cycles=%llu "
+      "p99.9_cycles=%llu median_cycles=%llu max_us=%.1f p99.99_us=%.2f over_100us=%zu over_1ms=%zu\n",
+      mib, size, n, ghz, (unsigned long long)mx, (unsigned long long)p9999, (unsigned long long)p999,
+      (unsigned long long)med, mx / ghz / 1e3, p9999 / ghz / 1e3, over_100us, over_1ms);
   for (size_t i = 0; i < n; i++) free(blocks[i]);
   return 0;
 }

@@ -16,37 +16,32 @@ size_t block_usable_size(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
   switch (region_map_kind(a)) {
   case MAP_REGION: {
-    hak_slab_t *s = region_block_checked(p, fn);
+    slab_t *s = region_block_checked(p, fn);
     if (HAKMEM_SECURE && slab_owner(s) != OWNER_LARGE) return secure_usable(p, s);
     return s->block_size;
   }
-  case MAP_ZERO:
-    zero_check(p, fn, false);
-    return 0;
-  case MAP_HUGE:
-    return huge_usable(p, fn);
-  case MAP_HUGE_TAIL:
-    hak_fatal_pointer("invalid pointer", fn, p);
-  default:
-    return p == NULL ? 0 : foreign_usable(p, fn);
+  case MAP_ZERO: zero_check(p, fn, false); return 0;
+  case MAP_HUGE: return huge_usable(p, fn);
+  case MAP_HUGE_TAIL: error_fatal_pointer("invalid pointer", fn, p);
+  default: return p == NULL ? 0 : foreign_usable(p, fn);
   }
 }
 
 HAK_CHECKED_ENTRY(size_t, hak_malloc_usable_size, (void *p)) {
   size_t n = fast_usable_size(p);
-  return hak_likely(n != 0) ? n : block_usable_size(p, "malloc_usable_size");
+  return HAK_LIKELY(n != 0) ? n : block_usable_size(p, "malloc_usable_size");
 }
 
 HAK_CHECKED_ENTRY(void *, hak_calloc, (size_t count, size_t size)) {
   size_t total;
-  if (hak_unlikely(__builtin_mul_overflow(count, size, &total))) {
+  if (HAK_UNLIKELY(__builtin_mul_overflow(count, size, &total))) {
     errno = ENOMEM;
     return NULL;
   }
   if (total <= MID_MAX) {
     if (HAKMEM_SECURE) return secure_calloc(total);
     void *p = fast_malloc(total);
-    if (hak_likely(p != NULL)) memset(p, 0, total);
+    if (HAK_LIKELY(p != NULL)) memset(p, 0, total);
     return p;
   }
   if (total >= (size_t)PTRDIFF_MAX) {
@@ -73,7 +68,7 @@ static void *realloc_move(void *p, size_t old_usable, size_t n) {
 
 HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
   if (p == NULL) return fast_malloc(n);
-  if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
+  if (HAK_UNLIKELY(n >= (size_t)PTRDIFF_MAX)) {
     block_usable_size(p, "realloc"); /* still report a bad pointer */
     errno = ENOMEM;
     return NULL;
@@ -81,7 +76,7 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
   uintptr_t a = (uintptr_t)p;
   switch (region_map_kind(a)) {
   case MAP_REGION: {
-    hak_slab_t *s = region_block_checked(p, "realloc");
+    slab_t *s = region_block_checked(p, "realloc");
     if (n == 0) {
       fast_free(p);
       return NULL;
@@ -95,7 +90,7 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
       if (n > room && n < 2 * room && 2 * room <= MID_MAX - SECURE_TAIL) {
         void *q = realloc_move(p, usable, 2 * room);
         if (q == NULL) return NULL;
-        hak_slab_t *qs = region_slab_of((uintptr_t)q);
+        slab_t *qs = region_slab_of((uintptr_t)q);
         return slab_owner(qs) == OWNER_LARGE ? q : secure_resize(q, qs, 2 * room, n);
       }
       return realloc_move(p, usable, n);
@@ -134,8 +129,7 @@ HAK_CHECKED_ENTRY(void *, hak_realloc, (void *p, size_t n)) {
     }
     return realloc_move(p, usable, n);
   }
-  case MAP_HUGE_TAIL:
-    hak_fatal_pointer("invalid pointer", "realloc", p);
+  case MAP_HUGE_TAIL: error_fatal_pointer("invalid pointer", "realloc", p);
   case MAP_ZERO: /* a malloc(0) block: nothing to copy */
     zero_check(p, "realloc", n == 0);
     if (n == 0) return NULL;

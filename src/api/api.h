@@ -5,7 +5,7 @@
  *
  * Fast-path budget (x86-64, release, read off the disassembly): malloc of <= 1 KiB is 15
  * instructions with one branch on the size, one on the free list and one on the malloc
- * count (see hak_slab_t.used_ticks); free is 24 with five rarely-taken branches
+ * count (see slab_t.used_ticks); free is 24 with five rarely-taken branches
  * (beyond the slab map, not the owner, not a block start carving has reached, already
  * free, the slab emptied). The heap profiler's countdown adds a subtraction and a branch to malloc
  * (prof_countdown). Check any change with `make perfcheck` (callgrind, against
@@ -23,8 +23,7 @@
 /* Entry points chosen at load by checker (ifuncs), except where hakmem itself is built
  * with a sanitizer, which then sees all of it, and with musl, which has no ifuncs (its
  * static programs call address 0 there). */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(__ELF__) || \
-    !defined(__GLIBC__)
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(__ELF__) || !defined(__GLIBC__)
 #define HAKMEM_CHECKERS 0
 #else
 #define HAKMEM_CHECKERS 1
@@ -39,7 +38,7 @@
 #ifndef HAK_RESOLVER_SAFE
 #define HAK_RESOLVER_SAFE __attribute__((optimize("no-stack-protector")))
 #endif
-int checker_at_load(void);   /* decides it, once; safe in a resolver */
+int checker_at_load(void);    /* decides it, once; safe in a resolver */
 void checkers_at_start(void); /* process set-up: exits if a sanitizer cannot work */
 /* fork: memcheck's table locked (true) after the others by init.c's prepare, or unlocked */
 void checkers_atfork(bool prepare);
@@ -52,20 +51,20 @@ void checkers_atfork(bool prepare);
  * ENTRY) gets checked_<name>, which calls on the process's own allocation functions and
  * so is right under any checker or none. */
 #if HAKMEM_CHECKERS
-#define HAK_ENTRY_WITH(ret, name, params, when_unknown)                                    \
-  static ret name##_hakmem params;                                                         \
-  HAK_RESOLVER_SAFE static __typeof__(name##_hakmem) *name##_resolve(void) {               \
-    int checker = checker_at_load();                                                       \
-    if (checker == CHECKER_UNKNOWN) return when_unknown;                                   \
-    return checker == CHECKER_NONE ? name##_hakmem : checked_##name;                       \
-  }                                                                                        \
-  hak_export __typeof__(name##_hakmem) name __attribute__((ifunc(#name "_resolve")));      \
+#define HAK_ENTRY_WITH(ret, name, params, when_unknown)                               \
+  static ret name##_hakmem params;                                                    \
+  HAK_RESOLVER_SAFE static __typeof__(name##_hakmem) *name##_resolve(void) {          \
+    int checker = checker_at_load();                                                  \
+    if (checker == CHECKER_UNKNOWN) return when_unknown;                              \
+    return checker == CHECKER_NONE ? name##_hakmem : checked_##name;                  \
+  }                                                                                   \
+  HAK_EXPORT __typeof__(name##_hakmem) name __attribute__((ifunc(#name "_resolve"))); \
   static ret name##_hakmem params
 #define HAK_CHECKED_ENTRY(ret, name, params) HAK_ENTRY_WITH(ret, name, params, name##_hakmem)
 #define HAK_FORWARDED_ENTRY(ret, name, params) HAK_ENTRY_WITH(ret, name, params, checked_##name)
 #else
-#define HAK_CHECKED_ENTRY(ret, name, params) hak_export ret name params
-#define HAK_FORWARDED_ENTRY(ret, name, params) hak_export ret name params
+#define HAK_CHECKED_ENTRY(ret, name, params) HAK_EXPORT ret name params
+#define HAK_FORWARDED_ENTRY(ret, name, params) HAK_EXPORT ret name params
 #endif
 void *checked_hak_malloc(size_t n);
 void checked_hak_free(void *p);
@@ -95,20 +94,19 @@ void checked_free_aligned_sized(void *p, size_t a, size_t n);
 void *checked_reallocarray(void *p, size_t c, size_t n);
 
 /* ---- secure.c: the hardened build's malloc and free ----------------------------- */
-void secure_init(void); /* after hak_list_key is set */
-void secure_zero_init(void); /* secure_zero.c */
+void secure_init(void);                             /* after list_key is set */
+void secure_zero_init(void);                        /* secure_zero.c */
 bool secure_all_zero(uintptr_t from, uintptr_t to); /* [from, to) all zero bytes? */
-void *secure_arm(void *p, size_t n); /* a free block handed out: zero, canary, size word */
-void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2); /* realloc in the block */
+void *secure_arm(void *p, size_t n);                /* a free block handed out: zero, canary, size word */
+void *secure_resize(void *p, slab_t *s, size_t n1, size_t n2); /* realloc in the block */
 void secure_free(void *p);
-size_t secure_usable(void *p, hak_slab_t *s); /* requested size of a small block */
+size_t secure_usable(void *p, slab_t *s); /* requested size of a small block */
 void *secure_malloc(size_t n);
 void *secure_calloc(size_t n); /* n <= MID_MAX */
 void secure_quarantine_flush(hak_heap_t *h, bool check);
 
 /* ---- alloc.c -------------------------------------------------------------------- */
 size_t block_usable_size(void *p, const char *fn);
-
 
 /* ---- the fast paths ------------------------------------------------------------ */
 
@@ -117,7 +115,7 @@ size_t block_usable_size(void *p, const char *fn);
  * subtraction from memory and a branch on its sign. Only a heap with a block to hand
  * out counts here (the static empty heap, shared by threads, never does); the slow
  * paths count the rest, after giving back what this took. */
-hak_inline bool prof_countdown(hak_heap_t *h, size_t n) {
+HAK_INLINE bool prof_countdown(hak_heap_t *h, size_t n) {
 #if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
   bool negative;
   __asm__("subq %2, %0" : "+m"(h->prof_left), "=@ccs"(negative) : "r"(n));
@@ -127,14 +125,14 @@ hak_inline bool prof_countdown(hak_heap_t *h, size_t n) {
 #endif
 }
 
-hak_inline void *fast_malloc_raw(size_t n) {
-  hak_heap_t *h = hak_tls_alloc; /* the thread's heap, or the user heap it chose */
-  if (hak_likely(n <= TINY_MAX)) {
-    hak_slab_t *s = h->direct[(n + 15) >> 4];
-    hak_block_t *b = s->free;
-    if (hak_likely(b != NULL)) {
+HAK_INLINE void *fast_malloc_raw(size_t n) {
+  hak_heap_t *h = tls_alloc; /* the thread's heap, or the user heap it chose */
+  if (HAK_LIKELY(n <= TINY_MAX)) {
+    slab_t *s = h->direct[(n + 15) >> 4];
+    block_t *b = s->free;
+    if (HAK_LIKELY(b != NULL)) {
       HAK_ASSERT(region_slab_of((uintptr_t)b) == s && slab_is_carved_block(s, (uintptr_t)b));
-      if (hak_unlikely(prof_countdown(h, n))) { /* a sample may be due: the slow path */
+      if (HAK_UNLIKELY(prof_countdown(h, n))) { /* a sample may be due: the slow path */
         h->prof_left += (int64_t)n;
         return heap_malloc_slow(n);
       }
@@ -144,33 +142,33 @@ hak_inline void *fast_malloc_raw(size_t n) {
   return heap_malloc_slow(n);
 }
 
-hak_inline void *fast_malloc(size_t n) {
+HAK_INLINE void *fast_malloc(size_t n) {
   if (HAKMEM_SECURE) return secure_malloc(n);
   return fast_malloc_raw(n);
 }
 
-hak_inline void fast_free(void *p) {
+HAK_INLINE void fast_free(void *p) {
   if (HAKMEM_SECURE) {
     secure_free(p);
     return;
   }
   uintptr_t a = (uintptr_t)p;
-  if (hak_likely((a >> UNIT_SHIFT) < hak_tso_load(&slab_map_units))) {
+  if (HAK_LIKELY((a >> UNIT_SHIFT) < tso_load(&slab_map_units))) {
     /* slab_map is set before slab_map_units: read it after (x86 keeps loads in order;
-     * hak_tso_load says so to ThreadSanitizer). */
+     * tso_load says so to ThreadSanitizer). */
     __asm__ volatile("" ::: "memory");
     /* Any pointer below the map's end finds a descriptor: its slab's, or the zero one
      * that no heap owns (NULL, libc's, huge, garbage: heap_free_other sorts them). */
-    hak_slab_t *s = slab_map_lookup(a);
-    hak_heap_t *h = hak_tls_heap;
-    hak_block_t *b = (hak_block_t *)p;
+    slab_t *s = slab_map_lookup(a);
+    hak_heap_t *h = tls_heap;
+    block_t *b = (block_t *)p;
     /* Owner, block start, not already free. The owner word is read plainly: only this
      * thread can make it equal to its own heap. (Its user heaps' slabs name it too.) */
-    if (hak_likely(hak_tso_load(&s->owner) == (uintptr_t)h && slab_is_carved_block(s, a) &&
+    if (HAK_LIKELY(tso_load(&s->owner) == (uintptr_t)h && slab_is_carved_block(s, a) &&
                    b->free_tag != block_free_tag(s))) {
       /* Straight back on the list malloc pops: the next malloc of the class gets the
        * block just freed, still in cache. */
-      if (hak_likely(slab_owner_push(s, &s->free, b) != 0)) return;
+      if (HAK_LIKELY(slab_owner_push(s, &s->free, b) != 0)) return;
       heap_slab_emptied(h, s);
       return;
     }
@@ -183,14 +181,14 @@ hak_inline void fast_free(void *p) {
 /* malloc_usable_size of a block in a slab that a heap owns (its class size), found and
  * checked as free's fast path finds it (a carved block start, not free); 0 for every
  * other pointer, which block_usable_size sorts out (a heap block's size is never 0). */
-hak_inline size_t fast_usable_size(const void *p) {
+HAK_INLINE size_t fast_usable_size(const void *p) {
   uintptr_t a = (uintptr_t)p;
-  if (HAKMEM_SECURE || hak_unlikely((a >> UNIT_SHIFT) >= hak_tso_load(&slab_map_units))) return 0;
+  if (HAKMEM_SECURE || HAK_UNLIKELY((a >> UNIT_SHIFT) >= tso_load(&slab_map_units))) return 0;
   __asm__ volatile("" ::: "memory"); /* slab_map after slab_map_units, as in fast_free */
-  const hak_slab_t *s = slab_map_lookup(a);
+  const slab_t *s = slab_map_lookup(a);
   uintptr_t owner = slab_owner(s);
-  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
-                 slab_is_carved_block(s, a) && ((const hak_block_t *)p)->free_tag != block_free_tag(s)))
+  if (HAK_LIKELY((owner > OWNER_CACHED || owner == OWNER_ABANDONED) && slab_is_carved_block(s, a) &&
+                 ((const block_t *)p)->free_tag != block_free_tag(s)))
     return s->block_size;
   return 0;
 }

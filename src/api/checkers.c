@@ -2,9 +2,8 @@
  * the others that bring an allocator of their own). What runs is decided once, while the
  * dynamic linker relocates the library: every hak_ entry point, and every standard name
  * that the checkers do not replace, is an ifunc (HAK_CHECKED_ENTRY) that resolves either
- * to hakmem's own code, unchanged, or to its checked version here. So the fast paths
- * carry no test, and a program that runs under no checker runs no code of this file but
- * the choice at load.
+ * to hakmem's own code, unchanged, or to its checked version here. So the fast paths carry
+ * no test, and a program under no checker runs nothing of this file but the choice at load.
  *
  *   memcheck   replaces malloc, free, new, delete and most C names in hakmem itself.
  *              Blocks of the hak_ functions stay hakmem's and are reported to memcheck
@@ -80,10 +79,10 @@ HAK_RESOLVER_SAFE int checker_at_load(void) {
 #endif
   if (m == CHECKER_NONE && sanitizer_loaded() != NULL) m = CHECKER_SANITIZER;
   checker_decided = m;
-  hak_checker = m;
+  checker_mode = m;
   /* Under a checker, no purge thread: it would show in the checker's reports (a thread
    * still running at exit, its stack "possibly lost") and memory use is not the point. */
-  if (m != CHECKER_NONE) hak_opt.background = false;
+  if (m != CHECKER_NONE) opt.background = false;
   return m;
 }
 
@@ -138,8 +137,8 @@ typedef struct vg_freed {
 } vg_freed_t;
 
 static pthread_mutex_t vg_lock = PTHREAD_MUTEX_INITIALIZER;
-static vg_block_t *vg_table; /* open addressing, linear probing */
-static size_t vg_cap, vg_filled; /* slots; slots not VG_EMPTY */
+static vg_block_t *vg_table;      /* open addressing, linear probing */
+static size_t vg_cap, vg_filled;  /* slots; slots not VG_EMPTY */
 static vg_freed_t *vg_quarantine; /* a ring of blocks freed, oldest at vg_q_first */
 static size_t vg_q_first, vg_q_count, vg_q_bytes;
 
@@ -227,7 +226,7 @@ static void *vg_alloc(size_t n, size_t align, bool zero) {
     return NULL;
   }
   size_t total = n + 2 * VG_REDZONE + (align - 16); /* hakmem's blocks are 16-aligned */
-  VALGRIND_DISABLE_ERROR_REPORTING; /* as in vg_release */
+  VALGRIND_DISABLE_ERROR_REPORTING;                 /* as in vg_release */
   void *raw = fast_malloc(total);
   VALGRIND_ENABLE_ERROR_REPORTING;
   if (raw == NULL) return NULL;
@@ -281,12 +280,12 @@ static bool vg_free(void *p) {
 /* A sized free whose size could not have given this block: as hakmem reports it. */
 static void vg_check_size(void *p, const vg_block_t *b, size_t n, size_t align, const char *fn) {
   if (n <= b->size && (n * 2 >= b->size || b->size <= 16 || b->size <= 2 * align)) return;
-  VALGRIND_PRINTF_BACKTRACE("hakmem: %s(): size %zu does not fit the block %p of %zu bytes\n", fn,
-                            n, p, b->size);
-  hak_fatal_pointer("size mismatch", fn, p);
+  VALGRIND_PRINTF_BACKTRACE("hakmem: %s(): size %zu does not fit the block %p of %zu bytes\n", fn, n, p,
+                            b->size);
+  error_fatal_pointer("size mismatch", fn, p);
 }
 
-#define MEMCHECK (hak_checker == CHECKER_MEMCHECK)
+#define MEMCHECK (checker_mode == CHECKER_MEMCHECK)
 void checkers_atfork(bool prepare) {
   if (!MEMCHECK) return;
   if (prepare) pthread_mutex_lock(&vg_lock);
@@ -454,8 +453,14 @@ void *checked___libc_valloc(size_t n) { return valloc(n); }
 void *checked___libc_pvalloc(size_t n) { return process_pvalloc(n); }
 void *checked_pvalloc(size_t n) { return process_pvalloc(n); }
 int checked___posix_memalign(void **out, size_t a, size_t n) { return posix_memalign(out, a, n); }
-void checked_free_sized(void *p, size_t n) { (void)n; free(p); }
-void checked_free_aligned_sized(void *p, size_t a, size_t n) { (void)a, (void)n; free(p); }
+void checked_free_sized(void *p, size_t n) {
+  (void)n;
+  free(p);
+}
+void checked_free_aligned_sized(void *p, size_t a, size_t n) {
+  (void)a, (void)n;
+  free(p);
+}
 void *checked_reallocarray(void *p, size_t c, size_t n) {
   size_t total;
   if (__builtin_mul_overflow(c, n, &total)) {
@@ -467,9 +472,9 @@ void *checked_reallocarray(void *p, size_t c, size_t n) {
 
 /* ---- start-up ----------------------------------------------------------------------- */
 static void note(const char *a, const char *b, const char *c) {
-  hak_write_stderr(a, strlen(a));
-  hak_write_stderr(b, strlen(b));
-  hak_write_stderr(c, strlen(c));
+  error_write_stderr(a, strlen(a));
+  error_write_stderr(b, strlen(b));
+  error_write_stderr(c, strlen(c));
 }
 
 /* One line at start-up, saying whose allocator is in use. */
@@ -482,11 +487,9 @@ __attribute__((constructor)) static void checkers_announce(void) {
     break;
 #endif
   case CHECKER_SANITIZER:
-    note("hakmem: ", sanitizer_loaded(),
-         " is loaded: its allocator serves malloc and the hak_ functions\n");
+    note("hakmem: ", sanitizer_loaded(), " is loaded: its allocator serves malloc and the hak_ functions\n");
     break;
-  default:
-    break;
+  default: break;
   }
 }
 

@@ -10,13 +10,13 @@
 #include <unistd.h>
 
 static _Atomic long init_thread;
-pthread_key_t hak_thread_key;
-bool hak_key_ready;
+pthread_key_t thread_key;
+bool thread_key_ready;
 
 static void thread_exit(void *arg) {
   hak_heap_t *h = arg;
   heap_user_thread_exit(h); /* its user heaps go into its heap first */
-  if (HAKMEM_SECURE && h != NULL && h != &hak_heap_empty) secure_quarantine_flush(h, true);
+  if (HAKMEM_SECURE && h != NULL && h != &empty_heap) secure_quarantine_flush(h, true);
   heap_abandon(h);
   if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_unwind_thread_exit();
 }
@@ -26,7 +26,7 @@ static void thread_exit(void *arg) {
  * registered later, take prof_lock before these. */
 static void fork_prepare(void) {
   pthread_mutex_lock(&heaps_lock);
-  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_lock(&hak_tls_heap->lock);
+  if (tls_heap != &empty_heap) pthread_mutex_lock(&tls_heap->lock);
   pthread_mutex_lock(&region_lock);
   checkers_atfork(true);
 }
@@ -34,14 +34,14 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   checkers_atfork(false);
   pthread_mutex_unlock(&region_lock);
-  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_unlock(&hak_tls_heap->lock);
+  if (tls_heap != &empty_heap) pthread_mutex_unlock(&tls_heap->lock);
   pthread_mutex_unlock(&heaps_lock);
 }
 
 static void fork_child(void) {
   checkers_atfork(false);
   pthread_mutex_init(&region_lock, NULL);
-  if (hak_tls_heap != &hak_heap_empty) pthread_mutex_init(&hak_tls_heap->lock, NULL);
+  if (tls_heap != &empty_heap) pthread_mutex_init(&tls_heap->lock, NULL);
   pthread_mutex_init(&heaps_lock, NULL);
   heap_atfork_child();
   heap_user_atfork_child();
@@ -57,15 +57,15 @@ static uintptr_t random_word(void) {
   return v | 1; /* never zero, so a zeroed word is never a valid free tag */
 }
 
-void hak_process_init(void) {
-  if (hak_likely(atomic_load_explicit(&hak_init_state, memory_order_acquire) == 2)) return;
+void init_process(void) {
+  if (HAK_LIKELY(atomic_load_explicit(&init_state, memory_order_acquire) == 2)) return;
   long me = (long)syscall(SYS_gettid);
   int expected = 0;
-  if (!atomic_compare_exchange_strong(&hak_init_state, &expected, 1)) {
+  if (!atomic_compare_exchange_strong(&init_state, &expected, 1)) {
     /* Someone else is initialising. If it is us (a recursive call from the set-up
      * below), the core is already usable; otherwise wait for them. */
     if (atomic_load(&init_thread) == me) return;
-    while (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) sched_yield();
+    while (atomic_load_explicit(&init_state, memory_order_acquire) != 2) sched_yield();
     return;
   }
   atomic_store(&init_thread, me);
@@ -73,33 +73,33 @@ void hak_process_init(void) {
   options_init();
   limit_reclaim = heap_limit_reclaim; /* near a memory limit, heaps give back */
   /* The switch stays as set; limit.soft says what it found. */
-  if (hak_opt.limit_from_cgroup) limit_from_cgroup();
+  if (opt.limit_from_cgroup) limit_from_cgroup();
   size_class_init();
-  hak_cookie = random_word();
-  hak_list_key = random_word();
-  hak_tag_key = random_word();
+  process_cookie = random_word();
+  list_key = random_word();
+  tag_key = random_word();
   if (HAKMEM_SECURE) secure_init();
   /* Both calls may allocate; they find the core ready and this thread's heap made. */
-  if (pthread_key_create(&hak_thread_key, thread_exit) == 0) hak_key_ready = true;
+  if (pthread_key_create(&thread_key, thread_exit) == 0) thread_key_ready = true;
   os_atfork(fork_prepare, fork_parent, fork_child);
-  atomic_store_explicit(&hak_init_state, 2, memory_order_release);
+  atomic_store_explicit(&init_state, 2, memory_order_release);
 }
 
-__attribute__((constructor)) static void hak_constructor(void) {
+__attribute__((constructor)) static void init_constructor(void) {
   heap_get();
-  if (hak_tls_heap == &hak_heap_empty) return;
-  if (hak_key_ready) pthread_setspecific(hak_thread_key, hak_tls_heap);
+  if (tls_heap == &empty_heap) return;
+  if (thread_key_ready) pthread_setspecific(thread_key, tls_heap);
   /* Loaded by the main thread (preloaded, or linked): see heap_mark_main. */
-  if (syscall(SYS_gettid) == syscall(SYS_getpid)) heap_mark_main(hak_tls_heap);
-  if (hak_opt.prof) prof_init(); /* after the thread's heap and the fork handlers */
+  if (syscall(SYS_gettid) == syscall(SYS_getpid)) heap_mark_main(tls_heap);
+  if (opt.prof) prof_init(); /* after the thread's heap and the fork handlers */
 }
 
 /* The shared library's DT_FINI (CMakeLists.txt: -fini), in the hot code. */
-void hak_fini(void);
-void hak_fini(void) {}
+void init_fini(void);
+void init_fini(void) {}
 
-__attribute__((destructor)) static void hak_destructor(void) {
+__attribute__((destructor)) static void init_destructor(void) {
   /* The exit profile and leak report, before the statistics. */
   if (atomic_load_explicit(&prof_ever_on, memory_order_relaxed)) prof_exit();
-  if (hak_opt.stats) stats_print_at_exit();
+  if (opt.stats) stats_print_at_exit();
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 typedef void (*new_handler_t)(void);
-extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak)); /* std::get_new_handler */
+extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));    /* std::get_new_handler */
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn)); /* throws std::bad_alloc */
 
 static bool call_new_handler(void) {
@@ -20,13 +20,13 @@ static bool call_new_handler(void) {
 
 static _Noreturn void throw_bad_alloc(void) {
   if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
-  hak_fatal("operator new: out of memory and no C++ runtime to throw std::bad_alloc");
+  error_fatal("operator new: out of memory and no C++ runtime to throw std::bad_alloc");
 }
 
 static void *new_throwing(size_t n, size_t align) {
   for (;;) {
     void *p = align <= 16 ? fast_malloc(n) : hak_aligned_alloc(align, n);
-    if (hak_likely(p != NULL)) return p;
+    if (HAK_LIKELY(p != NULL)) return p;
     if (!call_new_handler()) throw_bad_alloc();
   }
 }
@@ -34,19 +34,25 @@ static void *new_throwing(size_t n, size_t align) {
 static void *new_nothrow(size_t n, size_t align) {
   for (;;) {
     void *p = align <= 16 ? fast_malloc(n) : hak_aligned_alloc(align, n);
-    if (hak_likely(p != NULL)) return p;
+    if (HAK_LIKELY(p != NULL)) return p;
     if (!call_new_handler()) return NULL;
   }
 }
 
-#define EXPORT hak_export
+#define EXPORT HAK_EXPORT
 typedef struct nothrow_t nothrow_t;
 
 /* new */
 EXPORT void *_Znwm(size_t n) { return new_throwing(n, 0); }
 EXPORT void *_Znam(size_t n) { return new_throwing(n, 0); }
-EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; return new_nothrow(n, 0); }
-EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; return new_nothrow(n, 0); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const nothrow_t *t) {
+  (void)t;
+  return new_nothrow(n, 0);
+}
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const nothrow_t *t) {
+  (void)t;
+  return new_nothrow(n, 0);
+}
 EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) { return new_throwing(n, al); }
 EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) { return new_throwing(n, al); }
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const nothrow_t *t) {
@@ -61,12 +67,24 @@ EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const nothr
 /* delete */
 EXPORT void _ZdlPv(void *p) { fast_free(p); }
 EXPORT void _ZdaPv(void *p) { fast_free(p); }
-EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; hak_free(p); }
-EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; hak_free(p); }
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) {
+  (void)t;
+  hak_free(p);
+}
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) {
+  (void)t;
+  hak_free(p);
+}
 EXPORT void _ZdlPvm(void *p, size_t n) { hak_free_sized(p, n); }
 EXPORT void _ZdaPvm(void *p, size_t n) { hak_free_sized(p, n); }
-EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) { (void)al; hak_free(p); }
-EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) { (void)al; hak_free(p); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) {
+  (void)al;
+  hak_free(p);
+}
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) {
+  (void)al;
+  hak_free(p);
+}
 EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const nothrow_t *t) {
   (void)al, (void)t;
   hak_free(p);

@@ -8,8 +8,7 @@
 #include <errno.h>
 #include <malloc.h>
 
-
-#define EXPORT hak_export
+#define EXPORT HAK_EXPORT
 
 EXPORT void *malloc(size_t n) { return fast_malloc(n); }
 EXPORT void free(void *p) { fast_free(p); }
@@ -24,17 +23,19 @@ EXPORT void *valloc(size_t n) { return hak_valloc(n); }
 HAK_FORWARDED_ENTRY(void *, pvalloc, (size_t n)) { return hak_pvalloc(n); }
 EXPORT size_t malloc_usable_size(void *p) {
   size_t n = fast_usable_size(p);
-  return hak_likely(n != 0) ? n : hak_malloc_usable_size(p);
+  return HAK_LIKELY(n != 0) ? n : hak_malloc_usable_size(p);
 }
 HAK_FORWARDED_ENTRY(void, free_sized, (void *p, size_t n)) { hak_free_sized(p, n); }
-HAK_FORWARDED_ENTRY(void, free_aligned_sized, (void *p, size_t a, size_t n)) { hak_free_aligned_sized(p, a, n); }
+HAK_FORWARDED_ENTRY(void, free_aligned_sized, (void *p, size_t a, size_t n)) {
+  hak_free_aligned_sized(p, a, n);
+}
 EXPORT int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
 EXPORT void malloc_stats(void) { hak_malloc_stats(); }
 #ifdef __GLIBC__ /* musl has neither mallinfo nor mallinfo2 */
-EXPORT struct mallinfo2 mallinfo2(void) { return hak_mallinfo2(); }
+EXPORT struct mallinfo2 mallinfo2(void) { return stats_mallinfo2(); }
 
 EXPORT struct mallinfo mallinfo(void) {
-  struct mallinfo2 m2 = hak_mallinfo2();
+  struct mallinfo2 m2 = stats_mallinfo2();
   struct mallinfo m = {0};
   m.arena = (int)m2.arena;
   m.ordblks = (int)m2.ordblks;
@@ -71,5 +72,7 @@ HAK_FORWARDED_ENTRY(void *, __libc_realloc, (void *p, size_t n)) { return hak_re
 HAK_FORWARDED_ENTRY(void *, __libc_memalign, (size_t a, size_t n)) { return hak_memalign(a, n); }
 HAK_FORWARDED_ENTRY(void *, __libc_valloc, (size_t n)) { return hak_valloc(n); }
 HAK_FORWARDED_ENTRY(void *, __libc_pvalloc, (size_t n)) { return hak_pvalloc(n); }
-HAK_FORWARDED_ENTRY(int, __posix_memalign, (void **out, size_t a, size_t n)) { return hak_posix_memalign(out, a, n); }
+HAK_FORWARDED_ENTRY(int, __posix_memalign, (void **out, size_t a, size_t n)) {
+  return hak_posix_memalign(out, a, n);
+}
 EXPORT void cfree(void *p) { fast_free(p); }

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 
-
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 /* The common case, inlined into each entry point: the chosen class's head slab has a
@@ -18,24 +17,24 @@ static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
  * slow path (a refill, a large block, the hardened build). *wrapped: the caller passes
  * the block to heap_malloc_tick — posix_memalign after storing it, so that `out` need
  * not live in a saved register (3 instructions a call) for a call made once in 256. */
-hak_inline void *aligned_alloc_fast(size_t align, size_t n, bool *wrapped) {
+HAK_INLINE void *aligned_alloc_fast(size_t align, size_t n, bool *wrapped) {
   if (HAKMEM_SECURE) return NULL; /* the canaries' tail and malloc(0) need the slow path */
   size_t m = n < align ? align : n;
   unsigned bits = (unsigned)__builtin_ctzl(align);
-  hak_slab_t *s;
-  if (hak_likely(m <= ALIGNED_DIRECT_MAX)) {
-    s = hak_tls_alloc->direct[aligned_direct[bits][(m - 1) >> 4]];
+  slab_t *s;
+  if (HAK_LIKELY(m <= ALIGNED_DIRECT_MAX)) {
+    s = tls_alloc->direct[aligned_direct[bits][(m - 1) >> 4]];
   } else {
-    if (hak_unlikely(m > MID_MAX)) return NULL;
+    if (HAK_UNLIKELY(m > MID_MAX)) return NULL;
     uint32_t c = class_aligned_from[bits][size_to_class(m)];
-    if (hak_unlikely(c >= NUM_CLASSES)) return NULL;
-    s = hak_tls_alloc->queue[c].head; /* the empty heap has no queue heads */
-    if (hak_unlikely(s == NULL)) return NULL;
+    if (HAK_UNLIKELY(c >= NUM_CLASSES)) return NULL;
+    s = tls_alloc->queue[c].head; /* the empty heap has no queue heads */
+    if (HAK_UNLIKELY(s == NULL)) return NULL;
   }
-  hak_block_t *b = s->free;
-  if (hak_unlikely(b == NULL)) return NULL;
-  if (hak_unlikely(prof_countdown(hak_tls_heap, n))) { /* the slow path counts it */
-    hak_tls_heap->prof_left += (int64_t)n;
+  block_t *b = s->free;
+  if (HAK_UNLIKELY(b == NULL)) return NULL;
+  if (HAK_UNLIKELY(prof_countdown(tls_heap, n))) { /* the slow path counts it */
+    tls_heap->prof_left += (int64_t)n;
     return NULL;
   }
   return slab_pop_counted(s, b, wrapped);
@@ -44,14 +43,14 @@ hak_inline void *aligned_alloc_fast(size_t align, size_t n, bool *wrapped) {
 /* Everything else. Small and mid sizes: the first class at least n whose every block is
  * aligned to `align` (power-of-two classes always are), so the waste stays below the
  * alignment in the common cases. Beyond that, a large span started at an aligned offset. */
-static hak_noinline void *aligned_alloc_slow(size_t align, size_t n) {
+static HAK_NOINLINE void *aligned_alloc_slow(size_t align, size_t n) {
   if (align <= 16) return fast_malloc(n);
-  if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
+  if (HAK_UNLIKELY(n >= (size_t)PTRDIFF_MAX)) {
     errno = ENOMEM;
     return NULL;
   }
-  hak_heap_t *h = hak_tls_heap;
-  if (h != &hak_heap_empty && hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
+  hak_heap_t *h = tls_heap;
+  if (h != &empty_heap && HAK_UNLIKELY((h->prof_left -= (int64_t)n) < 0)) {
     void *p = prof_sample(h, n, align, false);
     if (p != NULL) return p;
   }
@@ -73,7 +72,7 @@ static hak_noinline void *aligned_alloc_slow(size_t align, size_t n) {
 }
 
 /* posix_memalign leaves errno alone; only the slow path can touch it. */
-static hak_noinline int posix_memalign_slow(void **out, size_t align, size_t n) {
+static HAK_NOINLINE int posix_memalign_slow(void **out, size_t align, size_t n) {
   int saved = errno;
   void *p = aligned_alloc_slow(align, n);
   if (p == NULL) {
@@ -88,9 +87,9 @@ HAK_CHECKED_ENTRY(int, hak_posix_memalign, (void **out, size_t align, size_t n))
   if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
   bool wrapped;
   void *p = aligned_alloc_fast(align, n, &wrapped);
-  if (hak_likely(p != NULL)) {
+  if (HAK_LIKELY(p != NULL)) {
     *out = p;
-    if (hak_unlikely(wrapped)) heap_malloc_tick(p);
+    if (HAK_UNLIKELY(wrapped)) heap_malloc_tick(p);
     return 0;
   }
   return posix_memalign_slow(out, align, n);
@@ -103,7 +102,7 @@ HAK_CHECKED_ENTRY(void *, hak_aligned_alloc, (size_t align, size_t n)) {
   }
   bool wrapped;
   void *p = aligned_alloc_fast(align, n, &wrapped);
-  if (hak_likely(p != NULL)) return hak_unlikely(wrapped) ? heap_malloc_tick(p) : p;
+  if (HAK_LIKELY(p != NULL)) return HAK_UNLIKELY(wrapped) ? heap_malloc_tick(p) : p;
   return aligned_alloc_slow(align, n);
 }
 
@@ -129,13 +128,13 @@ HAK_CHECKED_ENTRY(void *, hak_pvalloc, (size_t n)) {
 static void check_size(void *p, size_t n, size_t align, const char *fn) {
   size_t usable = block_usable_size(p, "free");
   unsigned kind = region_map_kind((uintptr_t)p);
-  bool exact = kind == MAP_ZERO ||
-               (kind == MAP_REGION &&
-                (HAKMEM_SECURE || slab_owner(region_slab_of((uintptr_t)p)) == OWNER_LARGE));
+  bool exact =
+      kind == MAP_ZERO ||
+      (kind == MAP_REGION && (HAKMEM_SECURE || slab_owner(region_slab_of((uintptr_t)p)) == OWNER_LARGE));
   bool ok = exact ? n == usable
                   : n <= usable && (n * 2 >= usable || usable <= 16 || usable <= 2 * align ||
                                     (n > REALLOC_SPAN_MIN && usable - n < UNIT_SIZE));
-  if (!ok) hak_fatal_pointer("size mismatch", fn, p);
+  if (!ok) error_fatal_pointer("size mismatch", fn, p);
 }
 
 HAK_CHECKED_ENTRY(void, hak_free_sized, (void *p, size_t n)) {

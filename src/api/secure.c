@@ -33,9 +33,8 @@ void secure_init(void) {
    * top byte is the byte right below the next block. In 0xC0..0xFF like the canary bytes,
    * an underflow that writes a zero, text or a small number there always changes it (a
    * random top byte equalled the byte written one run in 256, and the write went unseen). */
-  hak_list_key |= (uintptr_t)0xC0C0 << 48;
-  for (unsigned i = 0; i < 8; i++)
-    canary_w |= (uint64_t)(0xC0 | ((hak_list_key >> (i * 6)) & 0x3F)) << (8 * i);
+  list_key |= (uintptr_t)0xC0C0 << 48;
+  for (unsigned i = 0; i < 8; i++) canary_w |= (uint64_t)(0xC0 | ((list_key >> (i * 6)) & 0x3F)) << (8 * i);
   canary_rot[0] = canary_w;
   for (unsigned r = 1; r < 8; r++) canary_rot[r] = canary_w >> (8 * r) | canary_w << (64 - 8 * r);
   secure_zero_init();
@@ -53,7 +52,9 @@ static inline void store64(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); 
  * the block below (another thread's). */
 #define SIZE_BUSY ((size_t)1 << 40)
 /* A busy size word: SIZE_BUSY over a sane size (a corrupted word is almost never). */
-static inline bool size_busy(size_t n, size_t S) { return (n & SIZE_BUSY) && (n & ~SIZE_BUSY) <= S - SECURE_TAIL; }
+static inline bool size_busy(size_t n, size_t S) {
+  return (n & SIZE_BUSY) && (n & ~SIZE_BUSY) <= S - SECURE_TAIL;
+}
 
 /* The canary word as read from address a: byte i is the canary byte of a + i (the
  * word rotated by a mod 8 bytes, one of eight made at start-up). */
@@ -61,12 +62,12 @@ static inline uint64_t canary_at(uintptr_t a) { return canary_rot[a & 7]; }
 
 /* Is the block at a, of slab s, as free() left it: link 0, its free tag, zero up to its
  * size word, and a sane size word? Blocks of up to 64 bytes a word a step, inline. */
-static inline bool still_clean(uintptr_t a, const hak_slab_t *s) {
+static inline bool still_clean(uintptr_t a, const slab_t *s) {
   size_t S = s->block_size;
   if (secure_size_decode(secure_size_word(a, S)) > S - SECURE_TAIL) return false;
   const uint64_t *w = (const uint64_t *)a;
   uint64_t acc = w[0] | (w[1] ^ block_free_tag(s));
-  if (hak_likely(S <= 64)) {
+  if (HAK_LIKELY(S <= 64)) {
     for (uintptr_t p = a + 16; p < a + S - 8; p += 8) acc |= *(const uint64_t *)p;
     return acc == 0;
   }
@@ -81,7 +82,7 @@ static inline bool slack_clean(uintptr_t a, size_t n, size_t S) {
   uintptr_t from = a + n + 8, to = a + S - 8, up = (from + 7) & ~(uintptr_t)7;
   if (from >= to) return true;
   uint64_t acc = up > from ? load64(up - 8) >> (8 * (from - (up - 8))) : 0;
-  if (hak_likely(to - up <= 64)) {
+  if (HAK_LIKELY(to - up <= 64)) {
     for (uintptr_t p = up; p < to; p += 8) acc |= *(const uint64_t *)p;
     return acc == 0;
   }
@@ -91,7 +92,7 @@ static inline bool slack_clean(uintptr_t a, size_t n, size_t S) {
 /* Zero [a + from, a + to), whole words, without a call for up to 32 bytes. */
 static inline void zero_range(uintptr_t a, size_t from, size_t to) {
   size_t len = to - from;
-  if (hak_likely(len <= 32)) {
+  if (HAK_LIKELY(len <= 32)) {
     store64(a + from, 0);
     store64(a + to - 8, 0);
     if (len > 16) {
@@ -111,7 +112,7 @@ static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && blo
  * link and (purged) mark; any other (new, or released unchecked) is zeroed whole. Then
  * the canary word after the data, then the size word. */
 static inline void arm_free_block(uintptr_t a, size_t n, size_t S, size_t was) {
-  if (hak_likely(was != 0)) {
+  if (HAK_LIKELY(was != 0)) {
     store64(a, 0);
     if (maybe_purged(a, S)) store64(a + 16, 0);
   } else {
@@ -124,10 +125,10 @@ static inline void arm_free_block(uintptr_t a, size_t n, size_t S, size_t was) {
 void *secure_arm(void *p, size_t n) {
   uintptr_t a = (uintptr_t)p;
   if (p == NULL || region_map_kind(a) != MAP_REGION) return p;
-  hak_slab_t *s = region_slab_of(a);
+  slab_t *s = region_slab_of(a);
   if (slab_owner(s) == OWNER_LARGE) return p;
   size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
-  if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", p);
+  if (was > S - SECURE_TAIL) error_fatal_at("heap overflow detected", p);
   arm_free_block(a, n, S, was);
   return p;
 }
@@ -136,30 +137,30 @@ void *secure_arm(void *p, size_t n) {
  * block as the block below its own (check_below_full): it reads the size word, then the
  * canary word that size names, then both again. So the new canary word is written
  * before the size word names it, and the old one cleared only after. */
-void *secure_resize(void *p, hak_slab_t *s, size_t n1, size_t n2) {
+void *secure_resize(void *p, slab_t *s, size_t n1, size_t n2) {
   uintptr_t a = (uintptr_t)p;
   if (n2 == n1) return p;
   uintptr_t *w = secure_size_word(a, s->block_size);
   secure_size_encode(w, n1 | SIZE_BUSY); /* the slack is about to change */
-  hak_compiler_barrier();
+  compiler_barrier();
   store64(a + n2, canary_at(a + n2));
-  hak_compiler_barrier();
+  compiler_barrier();
   secure_size_encode(w, n2 | SIZE_BUSY);
-  hak_compiler_barrier();
+  compiler_barrier();
   if (n2 > n1) {
     if (n2 > n1 + 8) memset((void *)(a + n1), 0, 8);
     else memset((void *)(a + n1), 0, n2 - n1);
   } else {
     memset((void *)(a + n2 + 8), 0, n1 - n2);
   }
-  hak_compiler_barrier();
+  compiler_barrier();
   secure_size_encode(w, n2);
   return p;
 }
 
-size_t secure_usable(void *p, hak_slab_t *s) {
+size_t secure_usable(void *p, slab_t *s) {
   size_t n = secure_size_decode(secure_size_word((uintptr_t)p, s->block_size));
-  if (n > s->block_size - SECURE_TAIL) hak_fatal_at("heap overflow detected", p);
+  if (n > s->block_size - SECURE_TAIL) error_fatal_at("heap overflow detected", p);
   return n;
 }
 
@@ -185,9 +186,9 @@ static inline bool below_free_clean(uintptr_t a, uintptr_t b, size_t S) {
  * or next ^ key ^ b with next NULL or a carved block of s. A write over a free
  * neighbour's first word (25 to 32 bytes past or before an 8-byte block, whose class is
  * 32 bytes) shows here, before any list follows the link. */
-static inline bool link_sane(uintptr_t b, const hak_slab_t *s) {
+static inline bool link_sane(uintptr_t b, const slab_t *s) {
   uintptr_t raw = __atomic_load_n((const uintptr_t *)b, __ATOMIC_RELAXED);
-  uintptr_t next = raw ^ hak_list_key ^ b;
+  uintptr_t next = raw ^ list_key ^ b;
   return raw == 0 || next == 0 || slab_is_carved_block(s, next);
 }
 
@@ -200,61 +201,62 @@ static bool slack_is_canary(uintptr_t b, size_t n, size_t S) {
   return true;
 }
 
-hak_noinline static void check_below_full(uintptr_t a, const hak_slab_t *s) {
+HAK_NOINLINE static void check_below_full(uintptr_t a, const slab_t *s) {
   size_t S = s->block_size;
   const uintptr_t *w = (const uintptr_t *)(a - 8);
   if (a == s->start) { /* the guard word, and the gap's bytes near us zero */
     uintptr_t from = a - 32 > slab_base(s) ? a - 32 : slab_base(s);
     uint64_t acc = 0;
     for (uintptr_t p = from; p < a - 8; p += 8) acc |= *(const uint64_t *)p;
-    if (secure_size_decode(w) > S - SECURE_TAIL || acc != 0) hak_fatal_at("heap overflow detected", (void *)a);
+    if (secure_size_decode(w) > S - SECURE_TAIL || acc != 0)
+      error_fatal_at("heap overflow detected", (void *)a);
     return;
   }
   uintptr_t b = a - S;
   if (b == s->start && secure_size_decode((const uintptr_t *)(b - 8)) > S - SECURE_TAIL)
-    hak_fatal_at("heap overflow detected", (void *)b); /* block 0's guard word, as above */
+    error_fatal_at("heap overflow detected", (void *)b); /* block 0's guard word, as above */
 #if defined(__SANITIZE_THREAD__)
   /* The rest reads bytes that another thread may be writing, by design (and validates
    * what it read after): ThreadSanitizer builds check the size word only. */
   size_t t = secure_size_decode(w);
-  if (t > S - SECURE_TAIL && !size_busy(t, S)) hak_fatal_at("heap overflow detected", (void *)b);
+  if (t > S - SECURE_TAIL && !size_busy(t, S)) error_fatal_at("heap overflow detected", (void *)b);
   return;
 #endif
   /* Its tag before its size word and canary word: a thread freeing it marks the size
    * word busy, then sets the tag, then zeroes; a resize marks it busy before it writes
    * the new canary word (x86 keeps the order of stores, and of loads). */
-  bool is_free = __atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
-  hak_compiler_barrier();
+  bool is_free = __atomic_load_n(&((const block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s);
+  compiler_barrier();
   size_t n = secure_size_decode(w);
   if (size_busy(n, S)) return; /* being freed or resized: not judged */
-  if (n > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", (void *)b);
+  if (n > S - SECURE_TAIL) error_fatal_at("heap overflow detected", (void *)b);
   /* Never handed out, or released unjudged: its tag is the free tag or 0. */
-  bool unused = n == 0 && ((const hak_block_t *)b)->free_tag == 0;
+  bool unused = n == 0 && ((const block_t *)b)->free_tag == 0;
   bool clean = is_free || unused ? below_free_clean(a, b, S) && link_sane(b, s)
                                  : n != 0 && load64(b + n) == canary_at(b + n) && slack_clean(b, n, S);
-  if (hak_likely(clean)) return;
+  if (HAK_LIKELY(clean)) return;
   /* Not what it should be, or another thread changed the block since we read its tag and
    * size word: its free or its realloc has begun. Both are read again after the bytes:
    * a block that has since become free, busy or another size is not judged, nor one
    * whose slack holds the canary word of a resize about to name it. */
-  hak_compiler_barrier();
-  if ((__atomic_load_n(&((const hak_block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s)) != is_free ||
+  compiler_barrier();
+  if ((__atomic_load_n(&((const block_t *)b)->free_tag, __ATOMIC_RELAXED) == block_free_tag(s)) != is_free ||
       secure_size_decode(w) != n)
     return;
   if (!is_free && n != 0 && load64(b + n) == canary_at(b + n) && slack_is_canary(b, n, S)) return;
-  hak_fatal_at("heap overflow detected", (void *)b);
+  error_fatal_at("heap overflow detected", (void *)b);
 }
 
 /* The common cases inline, for a block below other than block 0: free or never handed
  * out (size word 0, tag 0 or the free tag) with its zero bytes near us zero, or live with its canary word intact
  * and its slack zero. Anything else, check_below_full judges. */
-static inline void check_below(uintptr_t a, const hak_slab_t *s) {
+static inline void check_below(uintptr_t a, const slab_t *s) {
 #if !defined(__SANITIZE_THREAD__)
   size_t S = s->block_size;
   uintptr_t b = a - S;
   size_t n = secure_size_decode((const uintptr_t *)(a - 8));
-  if (hak_likely(b > s->start)) {
-    uintptr_t tag = ((const hak_block_t *)b)->free_tag;
+  if (HAK_LIKELY(b > s->start)) {
+    uintptr_t tag = ((const block_t *)b)->free_tag;
     if (tag == block_free_tag(s) || (n == 0 && tag == 0)) {
       if (n <= S - SECURE_TAIL && below_free_clean(a, b, S) && link_sane(b, s)) return;
     } else if (n != 0 && n <= S - SECURE_TAIL && load64(b + n) == canary_at(b + n) && slack_clean(b, n, S)) {
@@ -271,7 +273,7 @@ static inline void check_below(uintptr_t a, const hak_slab_t *s) {
  * below read). A live block above starts with its data, which nothing can judge. The
  * order of check_below_full: its tag, then its size word (busy: not judged), then the
  * link, and a bad link is judged only if neither changed meanwhile. */
-static inline void check_above(uintptr_t a, const hak_slab_t *s) {
+static inline void check_above(uintptr_t a, const slab_t *s) {
 #if !defined(__SANITIZE_THREAD__)
   size_t S = s->block_size;
   uintptr_t c = a + S;
@@ -279,19 +281,19 @@ static inline void check_above(uintptr_t a, const hak_slab_t *s) {
     /* Not carved yet: zero where the span has not been written (carving clears the rest
      * as it reaches it). Past the slab's last block: the next span's, not judged here. */
     if (c < s->start + (uintptr_t)s->reserved * S && c >= slab_base(s) + s->touched && load64(c) != 0)
-      hak_fatal_at("heap overflow detected", (void *)c);
+      error_fatal_at("heap overflow detected", (void *)c);
     return;
   }
   const uintptr_t *w = secure_size_word(c, S);
-  uintptr_t tag = __atomic_load_n(&((const hak_block_t *)c)->free_tag, __ATOMIC_RELAXED);
-  hak_compiler_barrier();
+  uintptr_t tag = __atomic_load_n(&((const block_t *)c)->free_tag, __ATOMIC_RELAXED);
+  compiler_barrier();
   size_t n = secure_size_decode(w);
   if ((tag != block_free_tag(s) && (n != 0 || tag != 0)) || size_busy(n, S)) return; /* live, or busy */
-  if (hak_likely(link_sane(c, s))) return;
-  hak_compiler_barrier();
-  if (__atomic_load_n(&((const hak_block_t *)c)->free_tag, __ATOMIC_RELAXED) != tag || secure_size_decode(w) != n)
+  if (HAK_LIKELY(link_sane(c, s))) return;
+  compiler_barrier();
+  if (__atomic_load_n(&((const block_t *)c)->free_tag, __ATOMIC_RELAXED) != tag || secure_size_decode(w) != n)
     return;
-  hak_fatal_at("heap overflow detected", (void *)c);
+  error_fatal_at("heap overflow detected", (void *)c);
 #else
   (void)a;
   (void)s;
@@ -300,36 +302,37 @@ static inline void check_above(uintptr_t a, const hak_slab_t *s) {
 
 /* ---- free and the quarantine ---------------------------------------------------- */
 /* A block that skips the quarantine's check says 0 in its size word: nothing known. */
-static void release_unchecked(void *p, hak_slab_t *s) {
+static void release_unchecked(void *p, slab_t *s) {
   secure_size_encode(secure_size_word((uintptr_t)p, s->block_size), 0);
-  ((hak_block_t *)p)->free_tag = 0;
+  ((block_t *)p)->free_tag = 0;
   heap_free_slow(p, s);
 }
 
 /* A block leaves h's quarantine: checked, then freed as the fast path frees (its tag is
  * already in place) when it is h's and its slab not full, else as another heap's. A
  * user heap's block holds a reference on that heap while in quarantine (`user`). */
-static void quarantine_release(hak_heap_t *h, hak_block_t *old, hak_heap_t *user) {
+static void quarantine_release(hak_heap_t *h, block_t *old, hak_heap_t *user) {
   uintptr_t oa = (uintptr_t)old;
-  hak_slab_t *os = region_slab_of(oa);
-  if (!still_clean(oa, os)) hak_fatal_at("write after free detected", old);
+  slab_t *os = region_slab_of(oa);
+  if (!still_clean(oa, os)) error_fatal_at("write after free detected", old);
   h->quarantine_bytes -= os->block_size;
   if (user != NULL && heap_user_block_release(old, os, h, user)) return;
-  uintptr_t owner = hak_tso_load(&os->owner);
-  if (hak_likely(owner == (uintptr_t)h)) {
+  uintptr_t owner = tso_load(&os->owner);
+  if (HAK_LIKELY(owner == (uintptr_t)h)) {
     if (slab_owner_push(os, &os->free, old) == 0) heap_slab_emptied(h, os);
     return;
   }
   /* Another thread's slab: that thread checks the block as its neighbours come and go,
    * and takes a block without its tag for live, so the tag stays on all the way. */
-  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) && (owner & ~SLAB_FULL) != (uintptr_t)h)) {
+  if (HAK_LIKELY((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
+                 (owner & ~SLAB_FULL) != (uintptr_t)h)) {
     heap_remote_batch(h, os, old);
     return;
   }
   /* Ours but full, or no thread's: heap_free_other wants the tag off. Where a thread
    * may adopt the slab meanwhile, the size word says 0 (nothing known) first. */
   if ((owner & ~SLAB_FULL) != (uintptr_t)h) secure_size_encode(secure_size_word(oa, os->block_size), 0);
-  hak_compiler_barrier();
+  compiler_barrier();
   old->free_tag = 0;
   heap_free_other(old, os, h);
 }
@@ -338,7 +341,7 @@ static void quarantine_release(hak_heap_t *h, hak_block_t *old, hak_heap_t *user
  * middle of free() may have left its last block half zeroed. */
 void secure_quarantine_flush(hak_heap_t *h, bool check) {
   for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
-    hak_block_t *q = h->quarantine[i];
+    block_t *q = h->quarantine[i];
     hak_heap_t *user = h->quarantine_user[i];
     __atomic_store_n(&h->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
     h->quarantine_user[i] = NULL;
@@ -346,7 +349,7 @@ void secure_quarantine_flush(hak_heap_t *h, bool check) {
     if (check) {
       quarantine_release(h, q, user);
     } else {
-      hak_slab_t *qs = region_slab_of((uintptr_t)q);
+      slab_t *qs = region_slab_of((uintptr_t)q);
       h->quarantine_bytes -= qs->block_size;
       if (user != NULL && heap_user_block_release(q, qs, h, user)) continue;
       /* Zero but for the link, tag and size word, as a block never handed out is. */
@@ -371,18 +374,18 @@ _Static_assert(QUARANTINE_SLOTS == 256 || !HAKMEM_SECURE, "quarantine_pick gives
 void secure_free(void *p) {
   uintptr_t a = (uintptr_t)p;
   unsigned kind = region_map_kind(a);
-  if (hak_unlikely(kind != MAP_REGION)) {
+  if (HAK_UNLIKELY(kind != MAP_REGION)) {
     free_outside_regions(p, "free");
     return;
   }
-  hak_slab_t *s = region_slab_of(a);
-  hak_heap_t *h = hak_tls_heap;
-  hak_block_t *b = p;
+  slab_t *s = region_slab_of(a);
+  hak_heap_t *h = tls_heap;
+  block_t *b = p;
   uintptr_t tag = block_free_tag(s);
   uintptr_t owner = slab_owner(s);
   /* The common case is checked inline; free_checked reports the rest (or frees a
    * large block). */
-  if (hak_unlikely((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_carved_block(s, a) ||
+  if (HAK_UNLIKELY((owner & ~SLAB_FULL) != (uintptr_t)h || !slab_is_carved_block(s, a) ||
                    b->free_tag == tag)) {
     owner = free_checked(p, s);
     if (owner == OWNER_LARGE) return;
@@ -390,7 +393,7 @@ void secure_free(void *p) {
   size_t S = s->block_size;
   size_t n = secure_size_decode(secure_size_word(a, S));
   if (n > S - SECURE_TAIL || load64(a + n) != canary_at(a + n) || !slack_clean(a, n, S))
-    hak_fatal_at("heap overflow detected", p);
+    error_fatal_at("heap overflow detected", p);
   if ((owner & ~SLAB_FULL) == (uintptr_t)h) {
     check_below(a, s);
     check_above(a, s);
@@ -399,20 +402,20 @@ void secure_free(void *p) {
    * above may be checking this one meanwhile (check_below_full's order). */
   uintptr_t *w = secure_size_word(a, S);
   secure_size_encode(w, n | SIZE_BUSY);
-  hak_compiler_barrier();
+  compiler_barrier();
   __atomic_store_n(&b->free_tag, tag, __ATOMIC_RELAXED); /* check_below_full reads it */
-  hak_compiler_barrier();
+  compiler_barrier();
   store64(a, 0);
   size_t z = (n + 15) & ~(size_t)7; /* n + 8 up to a word: [n + 8, S - 8) is zero already */
   if (z > 16) zero_range(a, 16, z);
-  hak_compiler_barrier();
+  compiler_barrier();
   secure_size_encode(w, n);
-  if (h == &hak_heap_empty) { /* a thread without a heap: no quarantine */
+  if (h == &empty_heap) { /* a thread without a heap: no quarantine */
     release_unchecked(p, s);
     return;
   }
   uint32_t i = quarantine_pick(h);
-  hak_block_t *old = h->quarantine[i];
+  block_t *old = h->quarantine[i];
   hak_heap_t *old_user = h->quarantine_user[i];
   h->quarantine_user[i] = slab_user_heap(s) != NULL ? heap_user_hold(s, p, "free") : NULL;
   __atomic_store_n(&h->quarantine[i], b, __ATOMIC_RELAXED); /* heap_walk reads it */
@@ -421,7 +424,7 @@ void secure_free(void *p) {
   /* The block the next free will release, on its way into the cache meanwhile. */
   __builtin_prefetch(h->quarantine[quarantine_peek(h)], 1);
   /* Big blocks: more go, so that the quarantine holds a bounded amount of memory. */
-  while (hak_unlikely(h->quarantine_bytes > QUARANTINE_BYTES)) {
+  while (HAK_UNLIKELY(h->quarantine_bytes > QUARANTINE_BYTES)) {
     i = quarantine_pick(h);
     old = h->quarantine[i];
     if (old == NULL || old == b) continue;
@@ -452,15 +455,15 @@ void *secure_calloc(size_t n) {
 }
 
 void *secure_malloc(size_t n) {
-  if (hak_likely(n - 1 < TINY_MAX - SECURE_TAIL)) { /* the fast path, plus arming */
-    hak_slab_t *s = hak_tls_alloc->direct[(n + SECURE_TAIL + 15) >> 4];
-    hak_block_t *b = s->free;
-    if (hak_likely(b != NULL)) {
+  if (HAK_LIKELY(n - 1 < TINY_MAX - SECURE_TAIL)) { /* the fast path, plus arming */
+    slab_t *s = tls_alloc->direct[(n + SECURE_TAIL + 15) >> 4];
+    block_t *b = s->free;
+    if (HAK_LIKELY(b != NULL)) {
       slab_pop(s, b);
       __builtin_prefetch(s->free, 1); /* the next malloc's block, whose link it reads */
       uintptr_t a = (uintptr_t)b;
       size_t S = s->block_size, was = secure_size_decode(secure_size_word(a, S));
-      if (was > S - SECURE_TAIL) hak_fatal_at("heap overflow detected", b); /* its own, overrun */
+      if (was > S - SECURE_TAIL) error_fatal_at("heap overflow detected", b); /* its own, overrun */
       check_below(a, s);
       arm_free_block(a, n, S, was);
       return b;

@@ -34,13 +34,13 @@ static inline uint64_t load64(uintptr_t a) {
  * baseline x86-64 (GCC splits each vector into two SSE2 halves) and for AVX2.
  * secure_zero_init picks one; a flag in a plain branch, not a writable code pointer, selects
  * it. */
-typedef uint64_t hak_v4 __attribute__((vector_size(32)));
+typedef uint64_t v4_t __attribute__((vector_size(32)));
 
-hak_inline void v_load(hak_v4 *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
-hak_inline bool v_zero(const hak_v4 *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
+HAK_INLINE void v_load(v4_t *v, uintptr_t a) { memcpy(v, (const void *)a, 32); }
+HAK_INLINE bool v_zero(const v4_t *v) { return ((*v)[0] | (*v)[1] | (*v)[2] | (*v)[3]) == 0; }
 
 /* Are the bytes in [from, to) all zero? Four vectors a step, the last load overlapping. */
-hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
+HAK_INLINE bool all_zero_body(uintptr_t from, uintptr_t to) {
   size_t len = to - from;
   if (len < 8) {
     uint64_t acc = 0;
@@ -52,10 +52,10 @@ hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
     if (len > 16) acc |= load64(from + 8) | load64(to - 16);
     return acc == 0;
   }
-  hak_v4 a0, a1 = {0, 0, 0, 0}, x, y;
+  v4_t a0, a1 = {0, 0, 0, 0}, x, y;
   v_load(&a0, to - 32);
   for (; from + 128 <= to; from += 128) { /* four vectors a step */
-    hak_v4 u, v;
+    v4_t u, v;
     v_load(&x, from);
     v_load(&y, from + 32);
     v_load(&u, from + 64);
@@ -78,9 +78,9 @@ hak_inline bool all_zero_body(uintptr_t from, uintptr_t to) {
   return v_zero(&a0);
 }
 
-hak_noinline static bool all_zero_base(uintptr_t from, uintptr_t to) { return all_zero_body(from, to); }
+HAK_NOINLINE static bool all_zero_base(uintptr_t from, uintptr_t to) { return all_zero_body(from, to); }
 #if SECURE_AVX2_VARIANTS
-hak_noinline __attribute__((target("avx2"))) static bool all_zero_avx2(uintptr_t from, uintptr_t to) {
+HAK_NOINLINE __attribute__((target("avx2"))) static bool all_zero_avx2(uintptr_t from, uintptr_t to) {
   return all_zero_body(from, to);
 }
 #else /* use_avx2 stays false */

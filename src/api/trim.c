@@ -5,10 +5,10 @@
 #include "api/api.h"
 #include "hakmem.h"
 
-hak_export int hak_malloc_trim(size_t pad) {
+HAK_EXPORT int hak_malloc_trim(size_t pad) {
   (void)pad; /* hakmem keeps no top-of-heap pad: every free unit can go */
-  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2) return 0;
-  hak_heap_t *h = hak_tls_heap;
-  if (HAKMEM_SECURE && h != &hak_heap_empty) secure_quarantine_flush(h, true);
+  if (atomic_load_explicit(&init_state, memory_order_acquire) != 2) return 0;
+  hak_heap_t *h = tls_heap;
+  if (HAKMEM_SECURE && h != &empty_heap) secure_quarantine_flush(h, true);
   return heap_collect(h, true) > 0;
 }

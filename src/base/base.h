@@ -41,10 +41,10 @@
 #include <stdio.h>
 
 /* ---- attributes and build switches --------------------------------------------- */
-#define hak_likely(x) __builtin_expect(!!(x), 1)
-#define hak_unlikely(x) __builtin_expect(!!(x), 0)
+#define HAK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HAK_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* Keeps the compiler from moving memory accesses across it; emits nothing. */
-#define hak_compiler_barrier() __asm__ volatile("" ::: "memory")
+#define compiler_barrier() __asm__ volatile("" ::: "memory")
 
 /* Words read or written plainly on a fast path while other threads use atomics on them
  * (the owner word and a slab's `used` on free; the slab map's size and entries). The
@@ -53,17 +53,17 @@
  * turns them into the acquire loads and release stores x86 gives, so that what it
  * reports is a race in the protocol, not these. */
 #if defined(__SANITIZE_THREAD__)
-#define hak_tso_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define hak_tso_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define tso_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define tso_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #else
-#define hak_tso_load(p) (*(p))
-#define hak_tso_store(p, v) (*(p) = (v))
+#define tso_load(p) (*(p))
+#define tso_store(p, v) (*(p) = (v))
 #endif
-#define hak_noinline __attribute__((noinline))
-#define hak_cold __attribute__((cold, noinline))
-#define hak_inline static inline __attribute__((always_inline))
-#define hak_internal __attribute__((visibility("hidden")))
-#define hak_export __attribute__((visibility("default")))
+#define HAK_NOINLINE __attribute__((noinline))
+#define HAK_COLD __attribute__((cold, noinline))
+#define HAK_INLINE static inline __attribute__((always_inline))
+#define HAK_INTERNAL __attribute__((visibility("hidden")))
+#define HAK_EXPORT __attribute__((visibility("default")))
 
 /* Compile-time debug level: 0 release, 1 cheap assertions, 2 whole-slab walks.
  * Used in plain ifs so every configuration compiles in every build. */
@@ -104,7 +104,7 @@
  * the grain in which the purge thread turns dense memory into huge pages (space/thp.c). */
 #define HUGE_PAGE_SHIFT 21
 #define HUGE_PAGE_SIZE ((size_t)1 << HUGE_PAGE_SHIFT)
-#define RANGE_UNITS (HUGE_PAGE_SIZE / UNIT_SIZE)          /* 32 */
+#define RANGE_UNITS (HUGE_PAGE_SIZE / UNIT_SIZE)           /* 32 */
 #define RANGES_PER_REGION (UNITS_PER_REGION / RANGE_UNITS) /* 32 */
 
 /* The region map covers the 47-bit user address space, one byte per region. */
@@ -143,8 +143,8 @@ _Static_assert(NUM_CLASSES <= 64, "hak_heap_t's class bit masks have a bit per c
 #define SLAB_MAX_UNITS 8 /* the largest mid class: 4 blocks of 128 KiB */
 
 /* ---- owner word values ---------------------------------------------------------- */
-#define SLAB_FULL ((uintptr_t)1)   /* or'ed into a heap address */
-#define OWNER_NONE ((uintptr_t)0)  /* free unit, region header: never a valid block */
+#define SLAB_FULL ((uintptr_t)1)  /* or'ed into a heap address */
+#define OWNER_NONE ((uintptr_t)0) /* free unit, region header: never a valid block */
 /* A slab of the heap profiler's pool (prof.c): its blocks were sampled. Below
  * OWNER_ABANDONED, so every free of one leaves the fast paths for heap_free_slow. */
 #define OWNER_PROF ((uintptr_t)0x08)
@@ -165,8 +165,8 @@ _Static_assert(UNIT_SIZE / 16 < ((uintptr_t)1 << (64 - REMOTE_COUNT_SHIFT)),
  * on `clk` becomes the realtime one pthread_cond_timedwait takes. */
 #if !defined(__GLIBC__)
 #include <time.h>
-static inline int hak_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
-                                     const struct timespec *t) {
+static inline int cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+                                 const struct timespec *t) {
   struct timespec now, real;
   clock_gettime(clk, &now);
   clock_gettime(CLOCK_REALTIME, &real);
@@ -176,7 +176,7 @@ static inline int hak_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
   real.tv_nsec = (long)(ns % 1000000000LL);
   return pthread_cond_timedwait(c, m, &real);
 }
-#define HAK_COND_CLOCKWAIT hak_cond_clockwait
+#define HAK_COND_CLOCKWAIT cond_clockwait
 #else
 #define HAK_COND_CLOCKWAIT pthread_cond_clockwait
 #endif
@@ -201,87 +201,101 @@ static inline int hak_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
 
 /* A call site: "file:line &lock" as written, and what each module made of it at its
  * first call (a race makes it twice, alike). */
-typedef struct hak_lock_site {
+typedef struct lock_site {
   const char *text;
   int stat; /* lockstat.c's number for the site; -1: not yet */
   int rank; /* lock_order.c's rank of the lock it names; -1: not yet */
-} hak_lock_site_t;
+} lock_site_t;
 
 #pragma GCC visibility push(hidden)
-int hak_ls_lock(pthread_mutex_t *m, const char *site, int *id);
-int hak_ls_trylock(pthread_mutex_t *m, const char *site, int *id);
-int hak_ls_unlock(pthread_mutex_t *m);
-int hak_ls_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *t);
-void lock_order_check(pthread_mutex_t *m, hak_lock_site_t *s); /* before blocking on m */
-void lock_order_push(pthread_mutex_t *m, hak_lock_site_t *s);  /* m taken: held from now */
-void lock_order_pop(pthread_mutex_t *m, hak_lock_site_t *s);   /* m released; must be held */
-void lock_order_forget(pthread_mutex_t *m);                    /* m made anew: held by none */
+int lockstat_lock(pthread_mutex_t *m, const char *site, int *id);
+int lockstat_trylock(pthread_mutex_t *m, const char *site, int *id);
+int lockstat_unlock(pthread_mutex_t *m);
+int lockstat_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *t);
+void lock_order_check(pthread_mutex_t *m, lock_site_t *s); /* before blocking on m */
+void lock_order_push(pthread_mutex_t *m, lock_site_t *s);  /* m taken: held from now */
+void lock_order_pop(pthread_mutex_t *m, lock_site_t *s);   /* m released; must be held */
+void lock_order_forget(pthread_mutex_t *m);                /* m made anew: held by none */
 /* A cond wait releases m and takes it back: m must be held, and retaking it must be in
  * order with the rest. Returns the site that took m, which holds it again after. */
-hak_lock_site_t *lock_order_wait(pthread_mutex_t *m, hak_lock_site_t *s);
+lock_site_t *lock_order_wait(pthread_mutex_t *m, lock_site_t *s);
 #pragma GCC visibility pop
 
 /* Trylock never waits, so it may come in any order; what it takes counts as held. */
-static inline int hak_lock_take(pthread_mutex_t *m, hak_lock_site_t *s, bool trying) {
+static inline int lock_hook_take(pthread_mutex_t *m, lock_site_t *s, bool trying) {
   if (HAKMEM_LOCK_ORDER && !trying) lock_order_check(m, s);
-  int r = HAKMEM_LOCKSTAT ? (trying ? hak_ls_trylock : hak_ls_lock)(m, s->text, &s->stat)
+  int r = HAKMEM_LOCKSTAT ? (trying ? lockstat_trylock : lockstat_lock)(m, s->text, &s->stat)
                           : (trying ? pthread_mutex_trylock(m) : pthread_mutex_lock(m));
   if (HAKMEM_LOCK_ORDER && r == 0) lock_order_push(m, s);
   return r;
 }
 
-static inline int hak_lock_release(pthread_mutex_t *m, hak_lock_site_t *s) {
+static inline int lock_hook_release(pthread_mutex_t *m, lock_site_t *s) {
   if (HAKMEM_LOCK_ORDER) lock_order_pop(m, s);
-  return HAKMEM_LOCKSTAT ? hak_ls_unlock(m) : pthread_mutex_unlock(m);
+  return HAKMEM_LOCKSTAT ? lockstat_unlock(m) : pthread_mutex_unlock(m);
 }
 
-static inline int hak_lock_init(pthread_mutex_t *m, const pthread_mutexattr_t *a) {
+static inline int lock_hook_init(pthread_mutex_t *m, const pthread_mutexattr_t *a) {
   if (HAKMEM_LOCK_ORDER) lock_order_forget(m); /* fork children make held locks anew */
   return pthread_mutex_init(m, a);
 }
 
-static inline int hak_lock_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
-                                const struct timespec *t, hak_lock_site_t *s) {
-  hak_lock_site_t *took = HAKMEM_LOCK_ORDER ? lock_order_wait(m, s) : NULL;
-  int r = HAKMEM_LOCKSTAT ? hak_ls_clockwait(c, m, clk, t) : HAK_COND_CLOCKWAIT(c, m, clk, t);
+static inline int lock_hook_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+                                 const struct timespec *t, lock_site_t *s) {
+  lock_site_t *took = HAKMEM_LOCK_ORDER ? lock_order_wait(m, s) : NULL;
+  int r = HAKMEM_LOCKSTAT ? lockstat_clockwait(c, m, clk, t) : HAK_COND_CLOCKWAIT(c, m, clk, t);
   if (HAKMEM_LOCK_ORDER) lock_order_push(m, took);
   return r;
 }
 
 #define HAK_LOCK_STR2(x) #x
 #define HAK_LOCK_STR(x) HAK_LOCK_STR2(x)
-#define HAK_LOCK_SITE(m)                                                                     \
-  ({                                                                                         \
-    static hak_lock_site_t site_ = {__FILE__ ":" HAK_LOCK_STR(__LINE__) " " #m, -1, -1};      \
-    &site_;                                                                                  \
+#define HAK_LOCK_SITE(m)                                                             \
+  ({                                                                                 \
+    static lock_site_t site_ = {__FILE__ ":" HAK_LOCK_STR(__LINE__) " " #m, -1, -1}; \
+    &site_;                                                                          \
   })
-#define pthread_mutex_lock(m) hak_lock_take((m), HAK_LOCK_SITE(m), false)
-#define pthread_mutex_trylock(m) hak_lock_take((m), HAK_LOCK_SITE(m), true)
-#define pthread_mutex_unlock(m) hak_lock_release((m), HAK_LOCK_SITE(m))
-#define pthread_mutex_init(m, a) hak_lock_init((m), (a))
-#define pthread_cond_clockwait(c, m, clk, t) hak_lock_wait((c), (m), (clk), (t), HAK_LOCK_SITE(m))
+#define pthread_mutex_lock(m) lock_hook_take((m), HAK_LOCK_SITE(m), false)
+#define pthread_mutex_trylock(m) lock_hook_take((m), HAK_LOCK_SITE(m), true)
+#define pthread_mutex_unlock(m) lock_hook_release((m), HAK_LOCK_SITE(m))
+#define pthread_mutex_init(m, a) lock_hook_init((m), (a))
+#define pthread_cond_clockwait(c, m, clk, t) lock_hook_wait((c), (m), (clk), (t), HAK_LOCK_SITE(m))
 #elif !defined(__GLIBC__)
-#define pthread_cond_clockwait hak_cond_clockwait
+#define pthread_cond_clockwait cond_clockwait
 #endif
+
+/* n rounded up to a multiple of to, a power of two. */
+static inline size_t align_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
 #pragma GCC visibility push(hidden)
 
 /* ---- error.c: one-line reports, then abort; calls nothing of hakmem's ------------ */
-void hak_write_stderr(const char *msg, size_t len); /* write(2) all of it, no allocation */
-void hak_write_fd(int fd, const char *msg, size_t len); /* the same to fd */
-size_t hak_fmt_dec(char *buf, uint64_t v); /* digits at buf, no NUL; returns how many */
-size_t hak_fmt_hex(char *buf, uint64_t v); /* "0x" and hex digits, no NUL */
-_Noreturn void hak_fatal(const char *msg);
-_Noreturn void hak_fatal_pointer(const char *what, const char *fn, const void *p);
-_Noreturn void hak_fatal_at(const char *what, const void *p);
+void error_write_stderr(const char *msg, size_t len); /* write(2) all of it, no allocation */
+void error_write_str(const char *s);                  /* the same for a C string */
+/* s appended at buf[at], cut to leave one byte of size free (no NUL); the new end. */
+size_t error_append(char *buf, size_t at, size_t size, const char *s);
+void error_write_fd(int fd, const char *msg, size_t len); /* the same to fd */
+size_t error_fmt_dec(char *buf, uint64_t v);              /* digits at buf, no NUL; returns how many */
+size_t error_fmt_hex(char *buf, uint64_t v);              /* "0x" and hex digits, no NUL */
+_Noreturn void error_fatal(const char *msg);
+_Noreturn void error_fatal_pointer(const char *what, const char *fn, const void *p);
+_Noreturn void error_fatal_at(const char *what, const void *p);
 
 /* ---- os.c: the only file that talks to the kernel about memory ------------------ */
 /* The primitives that injected failures (Debug builds, HAKMEM_FAULT) can refuse. */
-enum os_prim { OS_MMAP, OS_MUNMAP, OS_MREMAP, OS_MPROTECT, OS_DONTNEED, OS_POPULATE,
-               OS_HUGEPAGE, OS_PRIM_COUNT };
-void os_fault_arm(bool on); /* off from now on, or on with calls counted from now */
-uint64_t os_fault_count(bool failed);  /* calls seen, or failures injected, in all */
-extern _Atomic uint64_t os_kept_bytes; /* refused munmaps: still mapped, pages given back */
+enum os_prim {
+  OS_MMAP,
+  OS_MUNMAP,
+  OS_MREMAP,
+  OS_MPROTECT,
+  OS_DONTNEED,
+  OS_POPULATE,
+  OS_HUGEPAGE,
+  OS_PRIM_COUNT
+};
+void os_fault_arm(bool on);                      /* off from now on, or on with calls counted from now */
+uint64_t os_fault_count(bool failed);            /* calls seen, or failures injected, in all */
+extern _Atomic uint64_t os_kept_bytes;           /* refused munmaps: still mapped, pages given back */
 void *os_map(size_t size);                       /* NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* NULL on failure */
 /* The same without over-mapping by align (an address-space limit): NULL if not found. */
@@ -309,15 +323,15 @@ os_collapse_t os_collapse(void *p, size_t size, bool fail);
  * same minor faults as a program writing them, without a trap each. False if it failed
  * (a kernel without it: never asked again). */
 bool os_populate(void *p, size_t size);
-bool os_page_resident(const void *p); /* mincore of the page holding p */
+bool os_page_resident(const void *p);                                  /* mincore of the page holding p */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *to); /* NULL if it cannot */
 bool os_protect(void *p, size_t size, bool accessible);
 /* Address space that reads as zero and costs no commit charge until made writable. */
-void *os_reserve_readonly(size_t size); /* NULL on failure */
+void *os_reserve_readonly(size_t size);                    /* NULL on failure */
 bool os_set_writable(void *p, size_t size, bool writable); /* read-write, or read-only */
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
-struct timespec os_monotonic_after(long ns); /* CLOCK_MONOTONIC now + ns: a wait's deadline */
+struct timespec os_monotonic_after(long ns);    /* CLOCK_MONOTONIC now + ns: a wait's deadline */
 bool os_thread_asleep(int tid, uint64_t *mark); /* asleep in the kernel; mark: its CPU time */
 int os_thread_id(void);
 /* pthread_atfork without libc_nonshared's stub, which the link puts after the cold code
@@ -334,32 +348,32 @@ uint64_t os_rss_anon(void);
 extern _Atomic uint64_t os_purge_calls, os_purge_bytes;
 
 /* ---- options.c: HAKMEM_* read once at start-up ---------------------------------- */
-typedef struct hak_options {
-  long purge_delay_ms;  /* HAKMEM_PURGE_DELAY_MS: 0 at once, -1 never */
-  long region_cache;    /* HAKMEM_REGION_CACHE: empty regions kept mapped */
-  bool thp;             /* HAKMEM_THP: dense 2 MiB ranges become huge pages (space/thp.c) */
-  bool thp_no_collapse; /* tests: MADV_COLLAPSE fails with EINVAL */
-  bool stats;           /* HAKMEM_STATS: print a report at exit */
-  bool background;      /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
-  bool background_fails; /* tests: creating it fails */
-  bool stats_json;      /* HAKMEM_STATS=json: the report at exit in JSON (ctl.c) */
-  bool prof;            /* HAKMEM_PROF: sample allocations from the start (prof.c) */
-  bool prof_leaks;      /* HAKMEM_PROF_LEAKS: the leak report at exit */
-  long prof_rate;       /* HAKMEM_PROF_RATE: mean bytes between samples; 1 every one */
-  long prof_peak_step;  /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
+typedef struct options {
+  long purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: 0 at once, -1 never */
+  long region_cache;       /* HAKMEM_REGION_CACHE: empty regions kept mapped */
+  bool thp;                /* HAKMEM_THP: dense 2 MiB ranges become huge pages (space/thp.c) */
+  bool thp_no_collapse;    /* tests: MADV_COLLAPSE fails with EINVAL */
+  bool stats;              /* HAKMEM_STATS: print a report at exit */
+  bool background;         /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
+  bool background_fails;   /* tests: creating it fails */
+  bool stats_json;         /* HAKMEM_STATS=json: the report at exit in JSON (ctl.c) */
+  bool prof;               /* HAKMEM_PROF: sample allocations from the start (prof.c) */
+  bool prof_leaks;         /* HAKMEM_PROF_LEAKS: the leak report at exit */
+  long prof_rate;          /* HAKMEM_PROF_RATE: mean bytes between samples; 1 every one */
+  long prof_peak_step;     /* HAKMEM_PROF_PEAK_STEP: bytes past the last peak written; 0 off */
   const char *prof_prefix; /* HAKMEM_PROF_PREFIX: files are prefix.<pid>[.what].heap */
-  const char *stats_file; /* HAKMEM_STATS_FILE: the report at exit there (%p: the pid) */
+  const char *stats_file;  /* HAKMEM_STATS_FILE: the report at exit there (%p: the pid) */
   /* Memory limits (space/limit.c), bytes of total.committed, 0 for none: written at
    * start-up and by hak_ctl_set, read with relaxed atomics on the slow paths that commit. */
   long limit_soft;        /* HAKMEM_LIMIT_SOFT: above it, free memory goes back first */
   long limit_hard;        /* HAKMEM_LIMIT_HARD: past it, allocation fails (ENOMEM) */
   bool limit_from_cgroup; /* HAKMEM_LIMIT_FROM_CGROUP: soft just below memory.max */
-} hak_options_t;
+} options_t;
 /* What a limit takes: 0 (none), or 1 MiB .. 2^50 bytes. */
 #define LIMIT_MIN ((uint64_t)1 << 20)
 #define LIMIT_MAX ((uint64_t)1 << 50)
-hak_inline bool limit_value_ok(uint64_t v) { return v == 0 || (v >= LIMIT_MIN && v <= LIMIT_MAX); }
-extern hak_options_t hak_opt;
+HAK_INLINE bool limit_value_ok(uint64_t v) { return v == 0 || (v >= LIMIT_MIN && v <= LIMIT_MAX); }
+extern options_t opt;
 /* Where the report at exit goes: HAKMEM_STATS_FILE opened afresh (*own_file: a file of
  * this process's own, its name has %p), else the stderr the process started with (a
  * private duplicate, close-on-exec, taken when a report is asked for), else fd 2; -1: none.
@@ -372,9 +386,8 @@ void options_report_done(int fd);
 /* The purge delay, but no shorter than a deferred period: how often the per-delay work
  * (purging inside free blocks, the idle-heap scan) runs, and how long a heap must go
  * without deferred work to count as idle. Purging off (< 0) is for callers to check. */
-hak_inline uint64_t purge_period_ms(void) {
-  return (uint64_t)(hak_opt.purge_delay_ms > DEFERRED_PERIOD_MS ? hak_opt.purge_delay_ms
-                                                                 : DEFERRED_PERIOD_MS);
+HAK_INLINE uint64_t purge_period_ms(void) {
+  return (uint64_t)(opt.purge_delay_ms > DEFERRED_PERIOD_MS ? opt.purge_delay_ms : DEFERRED_PERIOD_MS);
 }
 void options_init(void);
 
@@ -384,7 +397,7 @@ extern uint8_t class_units[NUM_CLASSES];
 extern uint16_t class_carve[NUM_CLASSES]; /* blocks one carve of a slab makes */
 extern uint8_t class_of_direct[DIRECT_SLOTS];
 extern uint8_t class_of_mid[MID_MAX / MID_SIZE_STEP]; /* by (n - 1) / MID_SIZE_STEP */
-extern uint32_t class_align[NUM_CLASSES]; /* every block of the class is aligned to this */
+extern uint32_t class_align[NUM_CLASSES];             /* every block of the class is aligned to this */
 /* The first class >= c whose blocks are all aligned to 1 << bits (NUM_CLASSES: none),
  * for alignments 32 .. MID_MAX. */
 #define ALIGN_BITS_MAX 17
@@ -398,7 +411,7 @@ extern uint8_t aligned_direct[ALIGNED_DIRECT_BITS_MAX + 1][ALIGNED_DIRECT_MAX / 
 void size_class_init(void);
 size_t slab_gap(size_t units, uint32_t size); /* bytes before block 0 of a slab */
 
-hak_inline uint32_t size_to_class(size_t n) {
+HAK_INLINE uint32_t size_to_class(size_t n) {
   if (n <= TINY_MAX) return class_of_direct[(n + 15) >> 4];
   return class_of_mid[(n - 1) / MID_SIZE_STEP]; /* n <= MID_MAX */
 }
@@ -406,54 +419,53 @@ hak_inline uint32_t size_to_class(size_t n) {
 /* The heap's direct slot that points at class c's head, for c below
  * TINY_CLASSES + MID_DIRECT_CLASSES: a tiny class's last size step, or a mid class's
  * own slot after them. */
-hak_inline size_t class_direct_slot(uint32_t c) {
+HAK_INLINE size_t class_direct_slot(uint32_t c) {
   return c < TINY_CLASSES ? class_size[c] / 16 : DIRECT_SLOTS + (c - TINY_CLASSES);
 }
 
 /* ---- counters.c: process-wide counters every layer bumps off the fast paths ------ */
-typedef struct hak_global_stats {
+typedef struct global_stats {
   _Atomic size_t region_bytes;   /* mapped in regions */
   _Atomic size_t purged_bytes;   /* cumulative, given back */
   _Atomic size_t released_bytes; /* cumulative, regions and huge unmapped */
   _Atomic size_t committed_est;  /* region bytes that may be resident */
   _Atomic size_t peak_in_use;
   _Atomic size_t large_in_use;
-  _Atomic size_t huge_mapped;    /* bytes of live huge mappings */
+  _Atomic size_t huge_mapped; /* bytes of live huge mappings */
   _Atomic uint64_t large_allocs, huge_allocs;
   _Atomic size_t large_prefaulted; /* bytes of large blocks faulted in at malloc (large.c) */
-  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved,
-      slabs_adopted, slabs_reclaimed_idle;
-  _Atomic uint64_t heap_waits, heap_waits_in_vain; /* see heap_take_parked */
-  _Atomic uint64_t threads_started, threads_exited;  /* threads that got a heap; that left it */
+  _Atomic uint64_t heaps_created, heaps_taken_over, heaps_taken_by_free, heaps_dissolved, slabs_adopted,
+      slabs_reclaimed_idle;
+  _Atomic uint64_t heap_waits, heap_waits_in_vain;  /* see heap_take_parked */
+  _Atomic uint64_t threads_started, threads_exited; /* threads that got a heap; that left it */
   _Atomic uint64_t purge_passes;      /* purge passes that ran (purge.c: timed and malloc_trim) */
   _Atomic uint64_t purge_budget_runs; /* purges forced by the budget (region_purge_around) */
-  _Atomic uint64_t short_mappings; /* regions and heap chunks mapped short (ulimit -v) */
+  _Atomic uint64_t short_mappings;    /* regions and heap chunks mapped short (ulimit -v) */
   /* Huge pages (space/range.c, space/thp.c): bytes of ranges collapsed and whole; ranges
    * collapsed; fresh ranges made huge before use; failed collapses; ranges left to khugepaged; huge pages given back whole;
    * huge pages broken by a purge of part of them. */
   _Atomic size_t thp_huge_bytes;
   _Atomic uint64_t thp_collapsed, thp_fresh, thp_failed, thp_advised, thp_returned_whole, thp_broken;
-} hak_global_stats_t;
-extern hak_global_stats_t hak_gstats;
-extern uintptr_t hak_cookie;   /* random per process (init.c) */
-extern uintptr_t hak_list_key; /* hardened build: free-list links are xor-encoded */
-extern uintptr_t hak_tag_key;  /* hardened build: free tags are xor-encoded (block.h) */
-extern _Atomic int hak_init_state; /* 0 not started, 1 running, 2 done (init.c) */
-void stats_note_in_use(void); /* raises peak_in_use to what is committed now */
+} global_stats_t;
+extern global_stats_t gstats;
+extern uintptr_t process_cookie; /* random per process (init.c) */
+extern uintptr_t list_key;       /* hardened build: free-list links are xor-encoded */
+extern uintptr_t tag_key;        /* hardened build: free tags are xor-encoded (block.h) */
+extern _Atomic int init_state;   /* 0 not started, 1 running, 2 done (init.c) */
+void stats_note_in_use(void);    /* raises peak_in_use to what is committed now */
 /* Frees into other threads' slabs, counted by slab_remote_push in shards (summed when read). */
 #define REMOTE_COUNTER_SHARDS 16
 typedef struct {
   _Alignas(64) _Atomic uint64_t pushes, blocks;
   _Atomic uint64_t singles; /* pushes of one block by a thread without a heap: both */
-} hak_remote_counter_t;
-extern hak_remote_counter_t hak_remote_counters[REMOTE_COUNTER_SHARDS];
+} remote_counter_t;
+extern remote_counter_t remote_counters[REMOTE_COUNTER_SHARDS];
 uint64_t stats_remote_total(bool blocks); /* the shards summed: pushes, or blocks */
 
 /* ---- foreign.c: pointers that are not ours ------------------------------------ */
 /* A pointer not in any region: NULL, a libc block, or garbage. */
 void foreign_free(void *p, const char *fn);
 size_t foreign_usable(const void *p, const char *fn);
-
 
 /* ---- counters.c: the checker the process runs under --------------------------------
  * Set at load by api/checkers.c (its ifunc resolvers), read by the figures (ctl.c). */
@@ -463,13 +475,13 @@ size_t foreign_usable(const void *p, const char *fn);
 /* CHECKER_UNKNOWN: asked by another object's relocation before this library's own (the
  * weak references that tell a sanitizer are not bound yet); not kept. */
 enum { CHECKER_UNKNOWN = -1, CHECKER_NONE, CHECKER_MEMCHECK, CHECKER_SANITIZER };
-extern int hak_checker; /* which one, set at load */
+extern int checker_mode; /* which one, set at load */
 
 #pragma GCC visibility pop
 
-#define HAK_ASSERT(cond)                                                              \
-  do {                                                                                \
-    if (HAKMEM_DEBUG && hak_unlikely(!(cond))) hak_fatal("assertion failed: " #cond); \
+#define HAK_ASSERT(cond)                                                                \
+  do {                                                                                  \
+    if (HAKMEM_DEBUG && HAK_UNLIKELY(!(cond))) error_fatal("assertion failed: " #cond); \
   } while (0)
 
 #endif

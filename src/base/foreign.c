@@ -44,7 +44,8 @@ static bool find_mapping(uintptr_t a, mapping_t *out) {
         char *path = end + 1;
         for (int field = 0; field < 4 && path; field++) {
           path = strchr(path, ' ');
-          if (path) while (*path == ' ') path++;
+          if (path)
+            while (*path == ' ') path++;
         }
         out->heap = path && strcmp(path, "[heap]") == 0;
         out->anonymous = path == NULL || *path == '\0';
@@ -98,7 +99,7 @@ void foreign_free(void *p, const char *fn) {
       return;
     }
   }
-  hak_fatal_pointer("invalid pointer", fn, p);
+  error_fatal_pointer("invalid pointer", fn, p);
 }
 
 size_t foreign_usable(const void *p, const char *fn) {
@@ -106,5 +107,5 @@ size_t foreign_usable(const void *p, const char *fn) {
     size_t (*libc_usable)(const void *) = (size_t(*)(const void *))libc_symbol("malloc_usable_size");
     if (libc_usable != NULL) return libc_usable(p);
   }
-  hak_fatal_pointer("invalid pointer", fn, p);
+  error_fatal_pointer("invalid pointer", fn, p);
 }

@@ -34,16 +34,16 @@ static const struct lock_rank {
   bool by_address;  /* locks of this rank may nest, lower address first */
   int rank;
 } lock_ranks[] = {
-    {"prof_lock", false, false, RANK_PROF},   {"heaps_lock", false, false, RANK_HEAPS},
-    {"lock", true, true, RANK_HEAP},          {"region_lock", false, false, RANK_REGION},
-    {"vg_lock", false, false, RANK_VG},       {"ucache_lock", false, false, RANK_UCACHE},
+    {"prof_lock", false, false, RANK_PROF}, {"heaps_lock", false, false, RANK_HEAPS},
+    {"lock", true, true, RANK_HEAP},        {"region_lock", false, false, RANK_REGION},
+    {"vg_lock", false, false, RANK_VG},     {"ucache_lock", false, false, RANK_UCACHE},
 };
 #define NUM_RANKS (sizeof lock_ranks / sizeof lock_ranks[0])
 
 #define HELD_MAX 16
 typedef struct {
   pthread_mutex_t *m;
-  hak_lock_site_t *site; /* where it was taken */
+  lock_site_t *site; /* where it was taken */
 } held_t;
 static __thread held_t held[HELD_MAX];
 static __thread int held_n;
@@ -71,7 +71,7 @@ static void add(line_t *l, const char *s, size_t n) {
 static void add_str(line_t *l, const char *s) { add(l, s, strlen(s)); }
 
 /* "region_lock (rank 4)", the expression as written without its '&'. */
-static void add_lock(line_t *l, const hak_lock_site_t *s) {
+static void add_lock(line_t *l, const lock_site_t *s) {
   const char *e = site_expr(s->text);
   add_str(l, e[0] == '&' ? e + 1 : e);
   int rank = __atomic_load_n(&s->rank, __ATOMIC_RELAXED);
@@ -81,12 +81,12 @@ static void add_lock(line_t *l, const hak_lock_site_t *s) {
     return;
   }
   add_str(l, " (rank ");
-  add(l, d, hak_fmt_dec(d, (uint64_t)rank));
+  add(l, d, error_fmt_dec(d, (uint64_t)rank));
   add_str(l, ")");
 }
 
 /* "heap_user.c:335": the site's file without its folders, and line. */
-static void add_where(line_t *l, const hak_lock_site_t *s) {
+static void add_where(line_t *l, const lock_site_t *s) {
   const char *e = site_expr(s->text), *f = s->text;
   for (const char *p = s->text; p < e; p++)
     if (*p == '/') f = p + 1;
@@ -94,8 +94,7 @@ static void add_where(line_t *l, const hak_lock_site_t *s) {
 }
 
 /* "hakmem: lock order: <what> <lock> at <site><how>[<lock> taken at <site>]" */
-static _Noreturn void report(const char *what, const hak_lock_site_t *s, const held_t *h,
-                             const char *how) {
+static _Noreturn void report(const char *what, const lock_site_t *s, const held_t *h, const char *how) {
   line_t l = {.at = 0};
   add_str(&l, "hakmem: lock order: ");
   add_str(&l, what);
@@ -110,7 +109,7 @@ static _Noreturn void report(const char *what, const hak_lock_site_t *s, const h
     add_where(&l, h->site);
   }
   l.buf[l.at++] = '\n';
-  hak_write_stderr(l.buf, l.at);
+  error_write_stderr(l.buf, l.at);
   abort();
 }
 
@@ -126,7 +125,7 @@ static const struct lock_rank *rank_of_expr(const char *e) {
 }
 
 /* The site's rank, found at its first call; a lock missing from the table aborts. */
-static int site_rank(hak_lock_site_t *s) {
+static int site_rank(lock_site_t *s) {
   int r = __atomic_load_n(&s->rank, __ATOMIC_RELAXED);
   if (r >= 0) return r;
   const struct lock_rank *k = rank_of_expr(site_expr(s->text));
@@ -141,7 +140,7 @@ static bool by_address(int rank) {
   return false;
 }
 
-void lock_order_check(pthread_mutex_t *m, hak_lock_site_t *s) {
+void lock_order_check(pthread_mutex_t *m, lock_site_t *s) {
   int r = site_rank(s);
   for (int i = held_n - 1; i >= 0; i--) {
     const held_t *h = &held[i];
@@ -156,17 +155,17 @@ void lock_order_check(pthread_mutex_t *m, hak_lock_site_t *s) {
   }
 }
 
-void lock_order_push(pthread_mutex_t *m, hak_lock_site_t *s) {
+void lock_order_push(pthread_mutex_t *m, lock_site_t *s) {
   site_rank(s); /* a trylock's site is not checked, but must have a rank */
   if (held_n == HELD_MAX) report("takes", s, &held[held_n - 1], ", a 17th lock held, after ");
   held[held_n++] = (held_t){m, s};
 }
 
 /* The entry of m, taken out of the stack (the rest keep their order); NULL if none. */
-static hak_lock_site_t *take_out(pthread_mutex_t *m) {
+static lock_site_t *take_out(pthread_mutex_t *m) {
   for (int i = held_n - 1; i >= 0; i--) {
     if (held[i].m != m) continue;
-    hak_lock_site_t *s = held[i].site;
+    lock_site_t *s = held[i].site;
     memmove(&held[i], &held[i + 1], (size_t)(held_n - 1 - i) * sizeof held[0]);
     held_n--;
     return s;
@@ -174,14 +173,15 @@ static hak_lock_site_t *take_out(pthread_mutex_t *m) {
   return NULL;
 }
 
-void lock_order_pop(pthread_mutex_t *m, hak_lock_site_t *s) {
-  if (take_out(m) == NULL && site_rank(s) >= 0) report("releases", s, NULL, ", which this thread does not hold");
+void lock_order_pop(pthread_mutex_t *m, lock_site_t *s) {
+  if (take_out(m) == NULL && site_rank(s) >= 0)
+    report("releases", s, NULL, ", which this thread does not hold");
 }
 
 void lock_order_forget(pthread_mutex_t *m) { take_out(m); }
 
-hak_lock_site_t *lock_order_wait(pthread_mutex_t *m, hak_lock_site_t *s) {
-  hak_lock_site_t *took = take_out(m);
+lock_site_t *lock_order_wait(pthread_mutex_t *m, lock_site_t *s) {
+  lock_site_t *took = take_out(m);
   if (took == NULL && site_rank(s) >= 0) report("waits on", s, NULL, ", which this thread does not hold");
   lock_order_check(m, s); /* the wait ends by taking m back */
   return took;

@@ -69,7 +69,7 @@ static void ls_push(pthread_mutex_t *m, int site) {
   ls_depth++;
 }
 
-int hak_ls_lock(pthread_mutex_t *m, const char *name, int *id) {
+int lockstat_lock(pthread_mutex_t *m, const char *name, int *id) {
   int s = ls_site(name, id);
   if (pthread_mutex_trylock(m) != 0) {
     uint64_t t = __rdtsc();
@@ -82,7 +82,7 @@ int hak_ls_lock(pthread_mutex_t *m, const char *name, int *id) {
   return 0;
 }
 
-int hak_ls_trylock(pthread_mutex_t *m, const char *name, int *id) {
+int lockstat_trylock(pthread_mutex_t *m, const char *name, int *id) {
   int s = ls_site(name, id);
   int r = pthread_mutex_trylock(m);
   if (r) ls_add(&ls[ls_sites[s].cls].contended, 1);
@@ -110,12 +110,12 @@ static int ls_pop(pthread_mutex_t *m) {
   return site;
 }
 
-int hak_ls_unlock(pthread_mutex_t *m) {
+int lockstat_unlock(pthread_mutex_t *m) {
   ls_pop(m);
   return pthread_mutex_unlock(m);
 }
 
-int hak_ls_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *t) {
+int lockstat_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk, const struct timespec *t) {
   int site = ls_pop(m);
   int r = pthread_cond_clockwait(c, m, clk, t);
   if (site >= 0) {
@@ -164,7 +164,7 @@ static void ls_line(const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  if (n > 0) hak_write_stderr(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+  if (n > 0) error_write_stderr(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
 /* "lockstat CLASS acquired=N contended=N held_ns=N wait_ns=N p50_held_ns=N p90_held_ns=N
@@ -173,11 +173,12 @@ __attribute__((destructor)) static void ls_report(void) {
   uint64_t ns = ls_ns() - ls_t0_ns, cyc = __rdtsc() - ls_t0_tsc;
   double f = cyc ? (double)ns / (double)cyc : 0; /* ns per cycle */
   for (int i = 0; i < LS_CLASSES; i++)
-    ls_line("lockstat %s acquired=%llu contended=%llu held_ns=%.0f wait_ns=%.0f p50_held_ns=%.0f "
-            "p90_held_ns=%.0f trim_held_ns=%.0f\n",
-            ls_names[i], (unsigned long long)ls[i].acquired, (unsigned long long)ls[i].contended,
-            (double)ls[i].held_cycles * f, (double)ls[i].wait_cycles * f, ls_quantile(&ls[i], 0.5) * f,
-            ls_quantile(&ls[i], 0.9) * f, ls_trimmed_mean(&ls[i]) * f);
+    ls_line(
+        "lockstat %s acquired=%llu contended=%llu held_ns=%.0f wait_ns=%.0f p50_held_ns=%.0f "
+        "p90_held_ns=%.0f trim_held_ns=%.0f\n",
+        ls_names[i], (unsigned long long)ls[i].acquired, (unsigned long long)ls[i].contended,
+        (double)ls[i].held_cycles * f, (double)ls[i].wait_cycles * f, ls_quantile(&ls[i], 0.5) * f,
+        ls_quantile(&ls[i], 0.9) * f, ls_trimmed_mean(&ls[i]) * f);
   int n = ls_nsites < LS_SITES ? ls_nsites : LS_SITES;
   for (int i = 0; i < n; i++)
     if (ls_sites[i].acquired)

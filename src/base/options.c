@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-hak_options_t hak_opt = {
+options_t opt = {
     .purge_delay_ms = 100,
     .region_cache = 2,
     .thp = true,
@@ -22,14 +22,15 @@ hak_options_t hak_opt = {
 };
 
 /* Warnings are written with write(2): this runs inside the allocator's own start-up. */
-static void put_stderr(const char *text) { hak_write_stderr(text, strlen(text)); }
+static void put_stderr(const char *text) { error_write_stderr(text, strlen(text)); }
 
 /* A value we cannot use is reported, not silently dropped: a typo such as
  * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect.
  * The message lists the values the option takes, as its ctl name documents them. */
 static void warn_ignored(const char *name, const char *value, const char *takes) {
-  const char *parts[] = {"hakmem: ignoring ", name, "=", value, *value ? " (takes " : " (empty; takes ",
-                         takes, "); the default stays\n"};
+  const char *parts[] = {
+      "hakmem: ignoring ",     name, "=", value, *value ? " (takes " : " (empty; takes ", takes,
+      "); the default stays\n"};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
 }
 
@@ -56,20 +57,20 @@ typedef struct option {
  * reported as a misspelling, and reported as ignored in a release build. */
 static const char *fault_option;
 static const option_t options[] = {
-    {"HAKMEM_PURGE_DELAY_MS", "-1 or 0 .. 2^31-1", K_NUMBER, true, 0, INT32_MAX, &hak_opt.purge_delay_ms},
-    {"HAKMEM_REGION_CACHE", "0 .. 2^20", K_NUMBER, false, 0, 1L << 20, &hak_opt.region_cache},
-    {"HAKMEM_THP", SWITCH_VALUES, K_THP, false, 0, 0, &hak_opt.thp},
-    {"HAKMEM_STATS", "1/0, true/false, yes/no, on/off or json", K_STATS, false, 0, 0, &hak_opt.stats},
-    {"HAKMEM_STATS_FILE", "a file name, %p for the pid", K_TEXT, false, 0, 0, &hak_opt.stats_file},
-    {"HAKMEM_BACKGROUND", SWITCH_VALUES, K_BACKGROUND, false, 0, 0, &hak_opt.background},
-    {"HAKMEM_PROF", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.prof},
-    {"HAKMEM_PROF_RATE", "1 .. 2^40", K_NUMBER, false, 1, 1L << 40, &hak_opt.prof_rate},
-    {"HAKMEM_PROF_PREFIX", "a path prefix", K_TEXT, false, 0, 0, &hak_opt.prof_prefix},
-    {"HAKMEM_PROF_PEAK_STEP", "0 .. 2^50", K_NUMBER, false, 0, 1L << 50, &hak_opt.prof_peak_step},
-    {"HAKMEM_PROF_LEAKS", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.prof_leaks},
-    {"HAKMEM_LIMIT_SOFT", LIMIT_VALUES, K_BYTES, false, 0, 0, &hak_opt.limit_soft},
-    {"HAKMEM_LIMIT_HARD", LIMIT_VALUES, K_BYTES, false, 0, 0, &hak_opt.limit_hard},
-    {"HAKMEM_LIMIT_FROM_CGROUP", SWITCH_VALUES, K_SWITCH, false, 0, 0, &hak_opt.limit_from_cgroup},
+    {"HAKMEM_PURGE_DELAY_MS", "-1 or 0 .. 2^31-1", K_NUMBER, true, 0, INT32_MAX, &opt.purge_delay_ms},
+    {"HAKMEM_REGION_CACHE", "0 .. 2^20", K_NUMBER, false, 0, 1L << 20, &opt.region_cache},
+    {"HAKMEM_THP", SWITCH_VALUES, K_THP, false, 0, 0, &opt.thp},
+    {"HAKMEM_STATS", "1/0, true/false, yes/no, on/off or json", K_STATS, false, 0, 0, &opt.stats},
+    {"HAKMEM_STATS_FILE", "a file name, %p for the pid", K_TEXT, false, 0, 0, &opt.stats_file},
+    {"HAKMEM_BACKGROUND", SWITCH_VALUES, K_BACKGROUND, false, 0, 0, &opt.background},
+    {"HAKMEM_PROF", SWITCH_VALUES, K_SWITCH, false, 0, 0, &opt.prof},
+    {"HAKMEM_PROF_RATE", "1 .. 2^40", K_NUMBER, false, 1, 1L << 40, &opt.prof_rate},
+    {"HAKMEM_PROF_PREFIX", "a path prefix", K_TEXT, false, 0, 0, &opt.prof_prefix},
+    {"HAKMEM_PROF_PEAK_STEP", "0 .. 2^50", K_NUMBER, false, 0, 1L << 50, &opt.prof_peak_step},
+    {"HAKMEM_PROF_LEAKS", SWITCH_VALUES, K_SWITCH, false, 0, 0, &opt.prof_leaks},
+    {"HAKMEM_LIMIT_SOFT", LIMIT_VALUES, K_BYTES, false, 0, 0, &opt.limit_soft},
+    {"HAKMEM_LIMIT_HARD", LIMIT_VALUES, K_BYTES, false, 0, 0, &opt.limit_hard},
+    {"HAKMEM_LIMIT_FROM_CGROUP", SWITCH_VALUES, K_SWITCH, false, 0, 0, &opt.limit_from_cgroup},
     {"HAKMEM_FAULT", "a list of failures to inject", K_TEXT, false, 0, 0, &fault_option},
 };
 #define OPTION_COUNT (sizeof options / sizeof options[0])
@@ -109,8 +110,14 @@ static bool parse_switch(const char *v, bool *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"};
   static const char *const no[] = {"0", "false", "no", "off"};
   for (size_t i = 0; i < 4; i++) {
-    if (strcasecmp(v, yes[i]) == 0) { *out = true; return true; }
-    if (strcasecmp(v, no[i]) == 0) { *out = false; return true; }
+    if (strcasecmp(v, yes[i]) == 0) {
+      *out = true;
+      return true;
+    }
+    if (strcasecmp(v, no[i]) == 0) {
+      *out = false;
+      return true;
+    }
   }
   return false;
 }
@@ -126,16 +133,16 @@ static bool read_option(const option_t *o) {
     case K_BYTES: ok = parse_bytes(v, o->to); break;
     case K_SWITCH: ok = parse_switch(v, o->to); break;
     case K_STATS: /* json is read by stats_json.c */
-      if (strcasecmp(v, "json") == 0) hak_opt.stats_json = true;
+      if (strcasecmp(v, "json") == 0) opt.stats_json = true;
       else ok = parse_switch(v, o->to);
       break;
     case K_BACKGROUND: /* `test-fail`: for the tests only, on but cannot be created */
-      if (strcmp(v, "test-fail") == 0) hak_opt.background = hak_opt.background_fails = true;
+      if (strcmp(v, "test-fail") == 0) opt.background = opt.background_fails = true;
       else ok = parse_switch(v, o->to);
       break;
     case K_THP: /* `test-no-collapse`: for the tests only, on, MADV_COLLAPSE failing with
                  * EINVAL as on a kernel without it (read by the purge thread only) */
-      if (strcmp(v, "test-no-collapse") == 0) hak_opt.thp = hak_opt.thp_no_collapse = true;
+      if (strcmp(v, "test-no-collapse") == 0) opt.thp = opt.thp_no_collapse = true;
       else ok = parse_switch(v, o->to);
       break;
     case K_TEXT: *(const char **)o->to = v; break;
@@ -160,7 +167,7 @@ static void warn_unknown_names(void) {
     size_t len = strcspn(*e, "=");
     if (known_option(*e, len)) continue;
     put_stderr("hakmem: ignoring unknown option ");
-    hak_write_stderr(*e, len);
+    error_write_stderr(*e, len);
     put_stderr(" (known:");
     for (size_t i = 0; i < OPTION_COUNT; i++) {
       put_stderr(" ");
@@ -177,8 +184,7 @@ static bool any_option(void) {
   if (getauxval(AT_SECURE)) return false; /* every HAKMEM_ name is ignored there */
   for (char **e = environ; e != NULL && *e != NULL; e++) {
     const char *v = *e;
-    if (v[0] == 'H' && v[1] == 'A' && v[2] == 'K' && v[3] == 'M' && v[4] == 'E' && v[5] == 'M' &&
-        v[6] == '_')
+    if (v[0] == 'H' && v[1] == 'A' && v[2] == 'K' && v[3] == 'M' && v[4] == 'E' && v[5] == 'M' && v[6] == '_')
       return true;
   }
   return false;
@@ -201,7 +207,7 @@ static bool kept_known, started_closed;
 
 void options_keep_stderr(void) {
   struct stat st;
-  if (kept_known || hak_opt.stats_file != NULL) return;
+  if (kept_known || opt.stats_file != NULL) return;
   kept_known = true;
   if (fstat(2, &st) != 0) {
     started_closed = true;
@@ -216,8 +222,7 @@ void options_keep_stderr(void) {
 
 static bool is_kept_file(int fd) {
   struct stat st;
-  return fd >= 0 && !started_closed && fstat(fd, &st) == 0 && st.st_dev == kept_dev &&
-         st.st_ino == kept_ino;
+  return fd >= 0 && !started_closed && fstat(fd, &st) == 0 && st.st_dev == kept_dev && st.st_ino == kept_ino;
 }
 
 /* The stderr the process started with: its duplicate, or fd 2 if that is still it. */
@@ -231,11 +236,11 @@ static int start_stderr(void) {
 static bool stats_file_name(char *buf, size_t cap, bool *has_pid) {
   size_t at = 0;
   *has_pid = false;
-  for (const char *p = hak_opt.stats_file; *p != '\0'; p++) {
+  for (const char *p = opt.stats_file; *p != '\0'; p++) {
     char digits[24];
     size_t n = 1;
     if (p[0] == '%' && p[1] == 'p') {
-      n = hak_fmt_dec(digits, (uint64_t)getpid());
+      n = error_fmt_dec(digits, (uint64_t)getpid());
       *has_pid = true;
       p++;
     } else {
@@ -252,7 +257,7 @@ static bool stats_file_name(char *buf, size_t cap, bool *has_pid) {
 
 int options_report_fd(bool *own_file) {
   *own_file = false;
-  if (hak_opt.stats_file != NULL) {
+  if (opt.stats_file != NULL) {
     char name[4096];
     bool has_pid;
     int fd = -1;
@@ -266,9 +271,8 @@ int options_report_fd(bool *own_file) {
       *own_file = has_pid;
       return fd;
     }
-    const char *parts[] = {"hakmem: cannot write the stats report to HAKMEM_STATS_FILE=",
-                           hak_opt.stats_file, ": ", strerror(errno),
-                           "; it goes to stderr\n"};
+    const char *parts[] = {"hakmem: cannot write the stats report to HAKMEM_STATS_FILE=", opt.stats_file,
+                           ": ", strerror(errno), "; it goes to stderr\n"};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
   }
   return start_stderr();
@@ -283,9 +287,9 @@ void options_init(void) {
   int saved_errno = errno; /* start-up must not leave errno changed for the caller */
   warn_unknown_names();
   for (size_t i = 0; i < OPTION_COUNT; i++) read_option(&options[i]);
-  if (hak_opt.prof_leaks) hak_opt.prof = true; /* a leak report needs the samples */
-  if (hak_opt.stats_file != NULL && !hak_opt.stats_json) hak_opt.stats = true;
-  if (hak_opt.stats || hak_opt.stats_json) options_keep_stderr();
+  if (opt.prof_leaks) opt.prof = true; /* a leak report needs the samples */
+  if (opt.stats_file != NULL && !opt.stats_json) opt.stats = true;
+  if (opt.stats || opt.stats_json) options_keep_stderr();
   if (!HAKMEM_DEBUG && fault_option != NULL && *fault_option != '\0')
     warn_ignored("HAKMEM_FAULT", fault_option, "a Debug build: release builds inject no failures");
   errno = saved_errno;

@@ -35,9 +35,9 @@ static char mapping_order;
 #if HAKMEM_DEBUG
 typedef struct fault_row {
   const char *name;
-  int err;               /* what the kernel answers */
-  uint64_t nth, count;   /* fail calls nth .. nth+count-1 (1-based; 0: none) */
-  uint32_t ppm;          /* and each call with this chance in a million */
+  int err;             /* what the kernel answers */
+  uint64_t nth, count; /* fail calls nth .. nth+count-1 (1-based; 0: none) */
+  uint32_t ppm;        /* and each call with this chance in a million */
   _Atomic uint64_t calls, failed;
 } fault_row_t;
 static fault_row_t fault_rows[OS_PRIM_COUNT] = {
@@ -81,11 +81,18 @@ static void fault_parse(const char *s) {
     const char *v = item + nlen;
     if (*v == ':') v++;
     if (*v >= '0' && *v <= '9') nth = read_dec(&v);
-    if (*v == '+') { v++; count = read_dec(&v); }
-    if (*v == ':' && v[1] == 'p' && v[2] == '=') { v += 3; ppm = read_dec(&v); }
+    if (*v == '+') {
+      v++;
+      count = read_dec(&v);
+    }
+    if (*v == ':' && v[1] == 'p' && v[2] == '=') {
+      v += 3;
+      ppm = read_dec(&v);
+    }
     bool all = nlen == 3 && memcmp(item, "all", 3) == 0, found = all;
     for (int i = 0; i < OS_PRIM_COUNT; i++) {
-      if (!all && (strlen(fault_rows[i].name) != nlen || memcmp(item, fault_rows[i].name, nlen) != 0)) continue;
+      if (!all && (strlen(fault_rows[i].name) != nlen || memcmp(item, fault_rows[i].name, nlen) != 0))
+        continue;
       fault_rows[i].nth = nth;
       fault_rows[i].count = count;
       fault_rows[i].ppm = (uint32_t)(ppm > 1000000 ? 1000000 : ppm);
@@ -93,7 +100,7 @@ static void fault_parse(const char *s) {
     }
     if (!found || (*v != ',' && *v != '\0')) {
       static const char msg[] = "hakmem: HAKMEM_FAULT: ignoring an item it cannot read\n";
-      hak_write_stderr(msg, sizeof msg - 1);
+      error_write_stderr(msg, sizeof msg - 1);
     }
   }
 }
@@ -193,9 +200,7 @@ static void *map_aligned(size_t size, size_t align, size_t offset, int flags) {
 
 void *os_map_aligned(size_t size, size_t align) { return map_aligned(size, align, 0, MAP_NORESERVE); }
 
-void *os_map_block(size_t size, size_t align, size_t offset) {
-  return map_aligned(size, align, offset, 0);
-}
+void *os_map_block(size_t size, size_t align, size_t offset) { return map_aligned(size, align, offset, 0); }
 
 bool os_address_space_limited(void) {
   struct rlimit l;
@@ -249,7 +254,7 @@ void os_unmap(void *p, size_t size) {
   int saved = errno;
   bool ok = !fault_hit(OS_MUNMAP) && munmap(p, size) == 0;
   if (!ok) {
-    if (HAKMEM_DEBUG != 0 && errno != ENOMEM) hak_fatal("munmap failed");
+    if (HAKMEM_DEBUG != 0 && errno != ENOMEM) error_fatal("munmap failed");
     purge_pages(p, size);
     atomic_fetch_add_explicit(&os_kept_bytes, size, memory_order_relaxed);
   }
@@ -398,7 +403,7 @@ size_t os_read_proc(const char *path, char *buf, size_t size) {
 bool os_thread_asleep(int tid, uint64_t *mark) {
   char path[64], buf[512];
   char *end = path + sizeof "/proc/self/task/" - 1;
-  end += hak_fmt_dec(end, (uint64_t)tid);
+  end += error_fmt_dec(end, (uint64_t)tid);
   memcpy(path, "/proc/self/task/", sizeof "/proc/self/task/" - 1);
   memcpy(end, "/schedstat", sizeof "/schedstat");
   if (os_read_proc(path, buf, sizeof buf) == 0) return false;

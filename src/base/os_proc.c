@@ -41,8 +41,8 @@ uint64_t os_cgroup_memory_max(void) {
 static uint64_t cgroup_memory_max(void) {
   /* cgroup2 mounted there, or (the hybrid layout) at its unified/ */
   char line[4096], path[sizeof "/sys/fs/cgroup/unified" + sizeof line + 16];
-  const char *root = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? "/sys/fs/cgroup"
-                                                                            : "/sys/fs/cgroup/unified";
+  const char *root =
+      access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
   size_t root_len = strlen(root);
   if (os_read_proc("/proc/self/cgroup", line, sizeof line) == 0) return 0;
   const char *at = strncmp(line, "0::/", 4) == 0 ? line + 3 : strstr(line, "\n0::/");

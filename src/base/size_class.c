@@ -26,13 +26,11 @@ _Static_assert(MID_CLASSES == 28 + __builtin_popcount(MID_EIGHTHS) &&
 /* Lists the class sizes in order; returns how many. */
 static unsigned class_sizes(uint32_t *out) {
   unsigned n = 0;
-  for (uint32_t size = 16; size <= 128; size += 16)
-    out[n++] = size;
+  for (uint32_t size = 16; size <= 128; size += 16) out[n++] = size;
   for (unsigned bit = 7; (1u << bit) < MID_MAX; bit++) {
     uint32_t base = 1u << bit;
     if (MID_EIGHTHS >> bit & 1) out[n++] = base + base / 8;
-    for (uint32_t q = 1; q <= 4; q++)
-      out[n++] = base + q * (base / 4);
+    for (uint32_t q = 1; q <= 4; q++) out[n++] = base + q * (base / 4);
   }
   return n;
 }
@@ -89,8 +87,7 @@ void size_class_init(void) {
   for (unsigned c = 0; c < NUM_CLASSES; c++) {
     uint32_t size = class_size[c];
     unsigned units = 1;
-    while ((units * UNIT_SIZE) / size < slab_min_blocks(c))
-      units *= 2;
+    while ((units * UNIT_SIZE) / size < slab_min_blocks(c)) units *= 2;
     HAK_ASSERT(units <= SLAB_MAX_UNITS);
     class_units[c] = (uint8_t)units;
     class_carve[c] = (uint16_t)carve_blocks(size);

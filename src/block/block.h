@@ -20,11 +20,11 @@
 #define SPAN_CACHE_SLOTS 8
 #define SPAN_CACHE_SPAN_UNITS 2
 #define SPAN_CACHE_MAX_UNITS (SPAN_CACHE_SLOTS * SPAN_CACHE_SPAN_UNITS)
-typedef struct hak_span_cache {
-  hak_slab_t *spans[SPAN_CACHE_SLOTS]; /* oldest first; aux holds the time it came */
+typedef struct span_cache {
+  slab_t *spans[SPAN_CACHE_SLOTS]; /* oldest first; aux holds the time it came */
   uint32_t count;
   uint32_t units;
-} hak_span_cache_t;
+} span_cache_t;
 
 typedef struct hak_heap {
   /* Bytes the heap profiler lets this heap allocate before its next sample (prof.c):
@@ -34,19 +34,19 @@ typedef struct hak_heap {
   /* Fast path: current slab for each 16-byte size step <= 1 KiB, then for each mid class
    * <= ALIGNED_DIRECT_MAX (aligned allocation's). Never NULL: an empty queue points at
    * the static empty slab, so "no heap yet" and "refill" are the same miss. */
-  hak_slab_t *direct[ALL_DIRECT_SLOTS];
-  hak_slab_queue_t queue[NUM_CLASSES]; /* slabs with (possibly) free blocks */
-  hak_slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
-  hak_slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
-  hak_span_cache_t spans;
+  slab_t *direct[ALL_DIRECT_SLOTS];
+  slab_queue_t queue[NUM_CLASSES]; /* slabs with (possibly) free blocks */
+  slab_queue_t full[NUM_CLASSES];  /* slabs with none, waiting for frees */
+  slab_t *pinned[NUM_CLASSES];     /* the queue head, holding one extra `used` */
+  span_cache_t spans;
   /* Frees into other threads' slabs, chained here per slab and pushed with one CAS. */
-  struct hak_remote_chain {
-    hak_slab_t *slab;
-    hak_block_t *head, *tail;
+  struct remote_chain {
+    slab_t *slab;
+    block_t *head, *tail;
     uint32_t count;
     uint32_t limit; /* blocks at which the chain is pushed */
   } remote[REMOTE_CHAINS];
-  uint64_t slow_calls;                  /* drives deferred work */
+  uint64_t slow_calls; /* drives deferred work */
   uint64_t next_deferred_ms;
   uint64_t next_block_purge_ms;
   uint64_t next_idle_heads_ms;          /* the next look at empty queue heads */
@@ -67,25 +67,25 @@ typedef struct hak_heap {
   /* Hardened build: freed blocks wait here, zeroed, before they can be reused; each free
    * takes the place of one picked at random (quarantine_rng), which is released, and
    * more go while the blocks held exceed QUARANTINE_BYTES. */
-  hak_block_t *quarantine[QUARANTINE_SLOTS];
+  block_t *quarantine[QUARANTINE_SLOTS];
   uint32_t quarantine_rng;
   uint32_t quarantine_bytes;
   /* ---- heaps as handles (heap_slot.c, heap_user.c) -----------------------------------
    * What its slabs' owner words hold: its own address for a thread's heap, the creating
    * thread's heap for a user heap, 0 once a user heap is gone. */
   uintptr_t owner_id;
-  uint32_t kind;                      /* HEAP_KIND_*: thread heap, user heap, retired */
-  uint32_t retired_how;               /* user heap: HEAP_DESTROYED or HEAP_RELEASED */
-  bool orphaned;                      /* in a forked child: a thread that is not there made it */
+  uint32_t kind;        /* HEAP_KIND_*: thread heap, user heap, retired */
+  uint32_t retired_how; /* user heap: HEAP_DESTROYED or HEAP_RELEASED */
+  bool orphaned;        /* in a forked child: a thread that is not there made it */
   /* The user heaps a reference is held on: one per pending remote chain and (hardened)
    * per quarantine slot, so that their slabs are not reused under it. */
   struct hak_heap *remote_user[REMOTE_CHAINS];
   struct hak_heap *quarantine_user[QUARANTINE_SLOTS];
   struct hak_heap *user_next, *user_prev; /* every user heap; the retired ones waiting */
-  hak_slab_queue_t large;             /* a user heap's large blocks (under `lock`) */
-  void *huge;                         /* its huge blocks' headers, a list (huge.c) */
-  _Atomic size_t held;                /* bytes of slabs, cached spans and big blocks */
-  size_t peak_held;                   /* the most `held` has been */
+  slab_queue_t large;                     /* a user heap's large blocks (under `lock`) */
+  void *huge;                             /* its huge blocks' headers, a list (huge.c) */
+  _Atomic size_t held;                    /* bytes of slabs, cached spans and big blocks */
+  size_t peak_held;                       /* the most `held` has been */
   /* Thread heap: its last destroyed user heap, slabs reset, for the next one it makes
    * (heap_user.c), since spare_ms; given back after the purge delay (heap_spare_trim). */
   struct hak_heap *spare;
@@ -105,70 +105,70 @@ typedef struct hak_heap {
 /* ---- heap_tls.c: the thread's heap pointers ------------------------------------ */
 /* The thread's own heap (what its slabs' owner words hold, and free compares), and the
  * heap malloc allocates from: the same, or a user heap chosen by hak_heap_set_default. */
-extern __thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
-extern __thread hak_heap_t *hak_tls_alloc __attribute__((tls_model("initial-exec")));
-extern hak_heap_t hak_heap_empty; /* every thread's heap until it has one */
-extern hak_slab_t hak_slab_empty;
+extern __thread hak_heap_t *tls_heap __attribute__((tls_model("initial-exec")));
+extern __thread hak_heap_t *tls_alloc __attribute__((tls_model("initial-exec")));
+extern hak_heap_t empty_heap; /* every thread's heap until it has one */
+extern slab_t empty_slab;
 
 /* ---- slab.c -------------------------------------------------------------------- */
-void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner);
-bool slab_extend(hak_slab_t *s);          /* carve more blocks; false if none left */
-uint32_t slab_collect_slow(hak_slab_t *s);
-bool slab_has_stale(const hak_slab_t *s); /* written pages past the carved blocks, enough to purge */
-size_t slab_trim_stale(hak_slab_t *s);    /* purge them */
-size_t slab_uncarve(hak_slab_t *s);       /* none out: drop the carving; bytes to purge */
+void slab_init(slab_t *s, uint32_t class_idx, uintptr_t owner);
+bool slab_extend(slab_t *s); /* carve more blocks; false if none left */
+uint32_t slab_collect_slow(slab_t *s);
+bool slab_has_stale(const slab_t *s); /* written pages past the carved blocks, enough to purge */
+size_t slab_trim_stale(slab_t *s);    /* purge them */
+size_t slab_uncarve(slab_t *s);       /* none out: drop the carving; bytes to purge */
 /* Pushes the chain head..tail (already linked, `count` blocks) onto s's remote list. */
-void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count);
+void slab_remote_push(slab_t *s, block_t *head, block_t *tail, uint32_t count);
 /* Has any thread ever chained or pushed a free into another's slab? Set by the first
  * chain (heap.h: heap_remote_batch) or push: until then no full slab can hold remote frees and no
  * heap has a chain, and a program with one thread never looks for them (two cold
  * descriptors on every refill, 64 chains at every deferred pass). Relaxed: a look that
  * misses a push only finds its blocks at a later refill. */
 extern _Atomic bool slab_remote_seen;
-hak_inline void slab_note_remote(void) {
-  if (hak_unlikely(!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed)))
+HAK_INLINE void slab_note_remote(void) {
+  if (HAK_UNLIKELY(!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed)))
     atomic_store_explicit(&slab_remote_seen, true, memory_order_relaxed);
 }
 /* Pushes are counted in a shard picked by the slab's descriptor: threads pushing into
  * different slabs do not write the same counter line. */
-hak_inline hak_remote_counter_t *remote_counter_of(const hak_slab_t *s) {
-  return &hak_remote_counters[((uintptr_t)s >> 7) % REMOTE_COUNTER_SHARDS];
+HAK_INLINE remote_counter_t *remote_counter_of(const slab_t *s) {
+  return &remote_counters[((uintptr_t)s >> 7) % REMOTE_COUNTER_SHARDS];
 }
-hak_inline bool slab_has_remote(hak_slab_t *s) {
+HAK_INLINE bool slab_has_remote(slab_t *s) {
   return atomic_load_explicit(&s->remote, memory_order_relaxed) != 0;
 }
 /* Moves local and remote frees to `free`; returns the remote frees accounted. Mostly
  * there is nothing to move: that is decided here, without a call. */
-hak_inline uint32_t slab_collect(hak_slab_t *s) {
+HAK_INLINE uint32_t slab_collect(slab_t *s) {
   if ((!HAKMEM_SECURE || s->local_free == NULL) && !slab_has_remote(s)) return 0;
   return slab_collect_slow(s);
 }
-void slab_check(const hak_slab_t *s); /* debug level 2 */
-_Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link);
+void slab_check(const slab_t *s); /* debug level 2 */
+_Noreturn void slab_corrupt_link(const slab_t *s, const void *link);
 
 /* slab_remote_push of the one block b, inlined: a thread without a heap frees so. */
-hak_inline void slab_remote_push_one(hak_slab_t *s, hak_block_t *b) {
+HAK_INLINE void slab_remote_push_one(slab_t *s, block_t *b) {
   slab_note_remote();
   uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), next;
   uintptr_t add = (uintptr_t)b + ((uintptr_t)1 << REMOTE_COUNT_SHIFT); /* b, one more */
   do {
     next = old & REMOTE_LIST_MASK;
-    block_set_next(b, (hak_block_t *)next);
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old - next + add,
-                                                  memory_order_release, memory_order_relaxed));
+    block_set_next(b, (block_t *)next);
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old - next + add, memory_order_release,
+                                                  memory_order_relaxed));
   atomic_fetch_add_explicit(&remote_counter_of(s)->singles, 1, memory_order_relaxed);
 }
-hak_inline void slab_check_link(const hak_slab_t *s, const hak_block_t *n) {
+HAK_INLINE void slab_check_link(const slab_t *s, const block_t *n) {
   uintptr_t a = (uintptr_t)n;
   if (n != NULL && !slab_is_carved_block(s, a)) /* a multiplication, not a division */
     slab_corrupt_link(s, n);
 }
-/* One more block out, one more malloc counted (see hak_slab_t.used_ticks). */
+/* One more block out, one more malloc counted (see slab_t.used_ticks). */
 #define SLAB_USED_TICK 0x01000001u
 /* Takes b, the head of s->free, off the list; *wrapped: the caller must pass it to
  * heap_malloc_tick before handing it out. */
-hak_inline void *slab_pop_counted(hak_slab_t *s, hak_block_t *b, bool *wrapped) {
-  hak_block_t *n = block_next(b);
+HAK_INLINE void *slab_pop_counted(slab_t *s, block_t *b, bool *wrapped) {
+  block_t *n = block_next(b);
   if (HAKMEM_SECURE) slab_check_link(s, n);
 #if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
   /* One add to memory and a branch on its carry (the compiler would load, add, store);
@@ -188,33 +188,33 @@ hak_inline void *slab_pop_counted(hak_slab_t *s, hak_block_t *b, bool *wrapped) 
  * build's free fast path cannot afford the load and xor: +3.3% in make perfcheck). The
  * key is odd and a descriptor's address even: a tag is never 0. malloc clears it, so
  * only a block that is free carries it. */
-#define BLOCK_TAG_KEY (HAKMEM_SECURE ? hak_tag_key : 0)
-hak_inline uintptr_t block_free_tag(const hak_slab_t *s) { return (uintptr_t)s ^ BLOCK_TAG_KEY; }
+#define BLOCK_TAG_KEY (HAKMEM_SECURE ? tag_key : 0)
+HAK_INLINE uintptr_t block_free_tag(const slab_t *s) { return (uintptr_t)s ^ BLOCK_TAG_KEY; }
 /* heap.c gives back the whole pages inside big free blocks and marks their third word;
  * those pages then read as zero. */
 #define PURGED_MARK 0x5075726765644dull
-hak_inline bool block_purged(uintptr_t a) {
-  return ((const uintptr_t *)a)[2] == (a ^ hak_cookie ^ PURGED_MARK);
+HAK_INLINE bool block_purged(uintptr_t a) {
+  return ((const uintptr_t *)a)[2] == (a ^ process_cookie ^ PURGED_MARK);
 }
-hak_inline void block_mark_purged(uintptr_t a) { ((uintptr_t *)a)[2] = a ^ hak_cookie ^ PURGED_MARK; }
+HAK_INLINE void block_mark_purged(uintptr_t a) { ((uintptr_t *)a)[2] = a ^ process_cookie ^ PURGED_MARK; }
 
 /* The owner's free of b into s: b goes on *list (s->free; the hardened build's
  * local_free), tagged free, and only then the count drops, so that a count seen by
  * another thread means the free is done (see heap_reclaim_idle). Returns the count left,
  * read once: a second read could see a count heap_reclaim_idle has since zeroed. */
-hak_inline uint32_t slab_owner_push(hak_slab_t *s, hak_block_t **list, hak_block_t *b) {
+HAK_INLINE uint32_t slab_owner_push(slab_t *s, block_t **list, block_t *b) {
   block_set_next(b, *list);
   b->free_tag = block_free_tag(s);
   *list = b;
-  hak_compiler_barrier();
+  compiler_barrier();
   uint16_t left = (uint16_t)(s->used - 1);
-  hak_tso_store(&s->used, left);
+  tso_store(&s->used, left);
   return left;
 }
 
 /* Queues of slabs (a heap's class queues, the abandoned lists, a user heap's large
  * blocks), linked through the descriptors. */
-hak_inline void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
+HAK_INLINE void queue_push_front(slab_queue_t *q, slab_t *s) {
   s->prev = NULL;
   s->next = q->head;
   if (q->head) q->head->prev = s;
@@ -222,7 +222,7 @@ hak_inline void queue_push_front(hak_slab_queue_t *q, hak_slab_t *s) {
   q->head = s;
   q->count++;
 }
-hak_inline void queue_push_back(hak_slab_queue_t *q, hak_slab_t *s) {
+HAK_INLINE void queue_push_back(slab_queue_t *q, slab_t *s) {
   s->next = NULL;
   s->prev = q->tail;
   if (q->tail) q->tail->next = s;
@@ -231,7 +231,7 @@ hak_inline void queue_push_back(hak_slab_queue_t *q, hak_slab_t *s) {
   q->count++;
 }
 /* Puts s right after `after`, or at the front when `after` is NULL. */
-hak_inline void queue_insert_after(hak_slab_queue_t *q, hak_slab_t *after, hak_slab_t *s) {
+HAK_INLINE void queue_insert_after(slab_queue_t *q, slab_t *after, slab_t *s) {
   if (after == NULL) {
     queue_push_front(q, s);
     return;
@@ -243,7 +243,7 @@ hak_inline void queue_insert_after(hak_slab_queue_t *q, hak_slab_t *after, hak_s
   after->next = s;
   q->count++;
 }
-hak_inline void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
+HAK_INLINE void queue_remove(slab_queue_t *q, slab_t *s) {
   if (s->prev) s->prev->next = s->next;
   else q->head = s->next;
   if (s->next) s->next->prev = s->prev;
@@ -253,8 +253,8 @@ hak_inline void queue_remove(hak_slab_queue_t *q, hak_slab_t *s) {
 }
 
 /* ---- span_cache.c: a heap's few free spans, reused without region_lock --------- */
-hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units);
-void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now); /* s: owner already dropped */
+slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units);
+void span_cache_put(hak_heap_t *h, slab_t *s, uint64_t now);              /* s: owner already dropped */
 size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms); /* -1: all */
 
 /* ---- huge.c: blocks in mappings of their own ----------------------------------- */
@@ -270,22 +270,27 @@ void *huge_realloc(void *p, size_t n);
  * block behind in each class it passes, and each class would keep its own. So a large
  * block's usable size can exceed its size by up to a unit from this size on. */
 #define REALLOC_SPAN_MIN ((size_t)8 * 1024)
-#define LARGE_ZERO 1u    /* large_alloc flags: the block must read as zero */
-#define LARGE_GROWING 2u /* realloc moves a growing block here: a cached span up to twice
+#define LARGE_ZERO 1u /* large_alloc flags: the block must read as zero */
+#define LARGE_GROWING \
+  2u /* realloc moves a growing block here: a cached span up to twice
                           * the size will do, as it will soon be needed */
 void *large_alloc(size_t n, size_t align, unsigned flags);
-void large_free(hak_slab_t *s, void *p);
-size_t large_usable(const hak_slab_t *s, const void *p);
-void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n); /* NULL if it cannot */
-
+void large_free(slab_t *s, void *p);
+size_t large_usable(const slab_t *s, const void *p);
+void *large_realloc_in_place(slab_t *s, void *p, size_t n); /* NULL if it cannot */
 
 /* ---- heap_slot.c: heap structures as slots (handles), references to user heaps --- */
 /* A heap structure slot's state (the handle check), and a heap's kind. */
-enum { HEAP_SLOT_FREE = 0, HEAP_SLOT_THREAD = 1, HEAP_SLOT_USER = 2, HEAP_SLOT_DEAD = 3,
-       HEAP_SLOT_NONE = 255 /* not a heap structure's start */ };
+enum {
+  HEAP_SLOT_FREE = 0,
+  HEAP_SLOT_THREAD = 1,
+  HEAP_SLOT_USER = 2,
+  HEAP_SLOT_DEAD = 3,
+  HEAP_SLOT_NONE = 255 /* not a heap structure's start */
+};
 enum { HEAP_KIND_THREAD = 0, HEAP_KIND_USER = 1, HEAP_KIND_RETIRED = 2 };
 enum { HEAP_DESTROYED = 1, HEAP_RELEASED = 2 };
-hak_heap_t *heap_slot_new(void); /* a fresh structure, its lock made; under heaps_lock */
+hak_heap_t *heap_slot_new(void);         /* a fresh structure, its lock made; under heaps_lock */
 unsigned heap_slot_state(const void *p); /* O(1), never reads through p */
 void heap_slot_set_state(hak_heap_t *h, unsigned state);
 void heap_slot_bury(hak_heap_t *h); /* hardened: never reused, pages given back */
@@ -293,44 +298,43 @@ void heap_slot_bury(hak_heap_t *h); /* hardened: never reused, pages given back 
 /* A reference on user heap u, whose generation must still be gen: while one is held,
  * u's slabs are not reused and its structure not recycled. false: u is retired, or was
  * reused since. */
-hak_inline bool heap_user_ref(hak_heap_t *u, uint32_t gen) {
+HAK_INLINE bool heap_user_ref(hak_heap_t *u, uint32_t gen) {
   uint64_t old = atomic_fetch_add_explicit(&u->refs, 1, memory_order_seq_cst);
-  if (hak_likely(!(old & HEAP_REFS_RETIRED) &&
-                 atomic_load_explicit(&u->gen, memory_order_acquire) == gen))
+  if (HAK_LIKELY(!(old & HEAP_REFS_RETIRED) && atomic_load_explicit(&u->gen, memory_order_acquire) == gen))
     return true;
   atomic_fetch_sub_explicit(&u->refs, 1, memory_order_release);
   return false;
 }
-hak_inline void heap_user_unref(hak_heap_t *u) {
+HAK_INLINE void heap_user_unref(hak_heap_t *u) {
   atomic_fetch_sub_explicit(&u->refs, 1, memory_order_release);
 }
 /* A reference on the user heap of block p's slab s, or NULL for a thread heap's slab
  * (or one a released heap handed over). Aborts if the heap was destroyed: fn freed a
  * block of a destroyed heap. */
-hak_heap_t *heap_user_hold(hak_slab_t *s, const void *p, const char *fn);
+hak_heap_t *heap_user_hold(slab_t *s, const void *p, const char *fn);
 /* Was user heap u, on which a reference is held, destroyed (its blocks freed with it)? */
-hak_inline bool heap_user_destroyed(hak_heap_t *u) {
+HAK_INLINE bool heap_user_destroyed(hak_heap_t *u) {
   return (atomic_load_explicit(&u->refs, memory_order_acquire) & HEAP_REFS_RETIRED) &&
          u->retired_how == HEAP_DESTROYED;
 }
 /* What a heap holds (slabs, cached spans, big blocks) and, by its owner only, the most
  * it has held. */
-hak_inline void heap_held_add(hak_heap_t *h, size_t delta) {
+HAK_INLINE void heap_held_add(hak_heap_t *h, size_t delta) {
   atomic_fetch_add_explicit(&h->held, delta, memory_order_relaxed);
 }
-hak_inline void heap_held_grow(hak_heap_t *h, size_t bytes) {
+HAK_INLINE void heap_held_grow(hak_heap_t *h, size_t bytes) {
   size_t now = atomic_fetch_add_explicit(&h->held, bytes, memory_order_relaxed) + bytes;
   if (now > h->peak_held) h->peak_held = now;
 }
 /* A user heap's large blocks: added by its owner (counting `counted` more bytes held),
  * taken off by whichever thread's free claimed one. */
-void heap_large_added(hak_heap_t *u, hak_slab_t *s, size_t counted);
-void heap_large_freed(hak_slab_t *s);
+void heap_large_added(hak_heap_t *u, slab_t *s, size_t counted);
+void heap_large_freed(slab_t *s);
 /* home's spare heap: its slabs back to the regions after the purge delay (all: now). */
 size_t heap_spare_trim(hak_heap_t *home, uint64_t now, bool all);
 
 /* ---- huge.c: a user heap's huge blocks, on a list through their headers ----------- */
-void huge_set_heap(void *p, hak_heap_t *u); /* p is user heap u's */
+void huge_set_heap(void *p, hak_heap_t *u);             /* p is user heap u's */
 void huge_heap_drop_all(hak_heap_t *u, bool free_them); /* under u->lock: free, or let go */
 int huge_heap_each(hak_heap_t *u, int (*fn)(void *p, size_t usable, void *arg), void *arg);
 
@@ -339,9 +343,9 @@ int huge_heap_each(hak_heap_t *u, int (*fn)(void *p, size_t usable, void *arg), 
 #define DEAD_BATCH 128   /* slabs given to heap_dead_add at once */
 /* Takes v[0..n), slabs of one destroyed heap (`first`: its first call), and returns
  * their bytes. */
-size_t heap_dead_add(hak_slab_t **v, size_t n, bool first, uint64_t now);
+size_t heap_dead_add(slab_t **v, size_t n, bool first, uint64_t now);
 /* Slabs that have waited long enough, up to max_units, zero, linked by next. */
-hak_slab_t *heap_dead_reuse(size_t max_units);
+slab_t *heap_dead_reuse(size_t max_units);
 /* No destruction for the purge delay: the waiting slabs' pages go. Returns their bytes. */
 size_t heap_dead_trim(uint64_t now);
 

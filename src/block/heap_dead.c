@@ -28,16 +28,16 @@
 #define DEAD_OUT_MAX 64 /* slabs leaving at one time; the rest leave at the next */
 
 typedef struct dead_queue {
-  hak_slab_t *oldest, *newest; /* linked by next */
-  size_t bytes;                /* resident: written bytes; purged: span bytes */
+  slab_t *oldest, *newest; /* linked by next */
+  size_t bytes;            /* resident: written bytes; purged: span bytes */
 } dead_queue_t;
 static dead_queue_t dead_resident, dead_purged; /* under region_lock */
 static uint64_t dead_seq;                       /* destructions so far, under region_lock */
 static uint64_t dead_last_ms;                   /* the latest one's time, under region_lock */
 
-static size_t span_bytes(const hak_slab_t *s) { return (size_t)s->units * UNIT_SIZE; }
+static size_t span_bytes(const slab_t *s) { return (size_t)s->units * UNIT_SIZE; }
 
-static void dead_push(dead_queue_t *q, hak_slab_t *s, size_t bytes) {
+static void dead_push(dead_queue_t *q, slab_t *s, size_t bytes) {
   s->next = NULL;
   if (q->newest) q->newest->next = s;
   else q->oldest = s;
@@ -45,8 +45,8 @@ static void dead_push(dead_queue_t *q, hak_slab_t *s, size_t bytes) {
   q->bytes += bytes;
 }
 
-static hak_slab_t *dead_pop(dead_queue_t *q, size_t bytes) {
-  hak_slab_t *s = q->oldest;
+static slab_t *dead_pop(dead_queue_t *q, size_t bytes) {
+  slab_t *s = q->oldest;
   q->oldest = s->next;
   if (q->oldest == NULL) q->newest = NULL;
   q->bytes -= bytes;
@@ -55,13 +55,13 @@ static hak_slab_t *dead_pop(dead_queue_t *q, size_t bytes) {
 }
 
 /* Has s, on the resident queue, waited long enough to be reused? */
-static bool dead_due(const hak_slab_t *s) { return s->aux + DEAD_HEAPS_MIN <= dead_seq; }
+static bool dead_due(const slab_t *s) { return s->aux + DEAD_HEAPS_MIN <= dead_seq; }
 
 /* Purges v[0..n) whole, one madvise per run of adjacent spans. (An insertion sort:
  * qsort may call malloc.) */
-static void purge_runs(hak_slab_t **v, size_t n) {
+static void purge_runs(slab_t **v, size_t n) {
   for (size_t i = 1; i < n; i++) {
-    hak_slab_t *s = v[i];
+    slab_t *s = v[i];
     size_t j = i;
     for (; j > 0 && slab_base(v[j - 1]) > slab_base(s); j--) v[j] = v[j - 1];
     v[j] = s;
@@ -78,21 +78,21 @@ static void purge_runs(hak_slab_t **v, size_t n) {
 /* A slab leaving the resident queue: the first 32 bytes of every block it carved (16
  * in the 16-byte class), where a dangling pointer's writes land most often, must still
  * be zero. (All written bytes: 30% more time in heap_requests, reading them back.) */
-static void dead_check(const hak_slab_t *s) {
+static void dead_check(const slab_t *s) {
   if (s->touched == 0) return; /* purged since: it reads as zero */
   size_t size = s->block_size, words = size >= 32 ? 4 : 2;
   uintptr_t a = s->start, end = a + (size_t)s->capacity * size;
   for (; a < end; a += size) {
     const uint64_t *w = (const uint64_t *)a;
-    if (hak_likely((w[0] | w[1] | (words > 2 ? w[2] | w[3] : 0)) == 0)) continue;
+    if (HAK_LIKELY((w[0] | w[1] | (words > 2 ? w[2] | w[3] : 0)) == 0)) continue;
     for (;; w++)
-      if (*w != 0) hak_fatal_at("write to a destroyed heap's memory at", w);
+      if (*w != 0) error_fatal_at("write to a destroyed heap's memory at", w);
   }
 }
 
-size_t heap_dead_add(hak_slab_t **v, size_t n, bool first, uint64_t now) {
+size_t heap_dead_add(slab_t **v, size_t n, bool first, uint64_t now) {
   size_t bytes = 0, nidle = 0;
-  hak_slab_t *idle[DEAD_BATCH];
+  slab_t *idle[DEAD_BATCH];
   for (size_t i = 0; i < n; i++) {
     bytes += span_bytes(v[i]);
     if (v[i]->capacity == 0) { /* taken from here and not used: its pages go */
@@ -103,7 +103,7 @@ size_t heap_dead_add(hak_slab_t **v, size_t n, bool first, uint64_t now) {
     memset((void *)slab_base(v[i]), 0, v[i]->touched);
   }
   purge_runs(idle, nidle);
-  hak_slab_t *out[DEAD_OUT_MAX], *purge[DEAD_OUT_MAX];
+  slab_t *out[DEAD_OUT_MAX], *purge[DEAD_OUT_MAX];
   size_t nout = 0, npurge = 0;
   pthread_mutex_lock(&region_lock);
   dead_seq += first;
@@ -113,7 +113,7 @@ size_t heap_dead_add(hak_slab_t **v, size_t n, bool first, uint64_t now) {
     dead_push(&dead_resident, v[i], v[i]->touched);
   }
   while (dead_resident.bytes > DEAD_RESIDENT_MAX && nout < DEAD_OUT_MAX && npurge < DEAD_OUT_MAX) {
-    hak_slab_t *s = dead_pop(&dead_resident, dead_resident.oldest->touched);
+    slab_t *s = dead_pop(&dead_resident, dead_resident.oldest->touched);
     if (dead_due(s)) out[nout++] = s;
     else purge[npurge++] = s;
   }
@@ -130,27 +130,27 @@ size_t heap_dead_add(hak_slab_t **v, size_t n, bool first, uint64_t now) {
   return bytes;
 }
 
-hak_slab_t *heap_dead_reuse(size_t max_units) {
-  hak_slab_t *list = NULL;
+slab_t *heap_dead_reuse(size_t max_units) {
+  slab_t *list = NULL;
   size_t units = 0;
   pthread_mutex_lock(&region_lock);
   while (dead_resident.oldest != NULL && dead_due(dead_resident.oldest) &&
          units + dead_resident.oldest->units <= max_units) {
-    hak_slab_t *s = dead_pop(&dead_resident, dead_resident.oldest->touched);
+    slab_t *s = dead_pop(&dead_resident, dead_resident.oldest->touched);
     units += s->units;
     s->next = list;
     list = s;
   }
   pthread_mutex_unlock(&region_lock);
-  for (hak_slab_t *s = list; s != NULL; s = s->next) dead_check(s);
+  for (slab_t *s = list; s != NULL; s = s->next) dead_check(s);
   return list;
 }
 
 size_t heap_dead_trim(uint64_t now) {
-  hak_slab_t *v[DEAD_BATCH];
+  slab_t *v[DEAD_BATCH];
   size_t n = 0, bytes = 0;
   pthread_mutex_lock(&region_lock);
-  if (dead_resident.bytes > 0 && now - dead_last_ms >= (uint64_t)hak_opt.purge_delay_ms)
+  if (dead_resident.bytes > 0 && now - dead_last_ms >= (uint64_t)opt.purge_delay_ms)
     while (n < DEAD_BATCH && dead_resident.oldest != NULL)
       v[n++] = dead_pop(&dead_resident, dead_resident.oldest->touched);
   pthread_mutex_unlock(&region_lock);
@@ -158,7 +158,7 @@ size_t heap_dead_trim(uint64_t now) {
   for (size_t i = 0; i < n; i++) bytes += v[i]->touched;
   purge_runs(v, n); /* sorted by address now: back in the order they came */
   for (size_t i = 1; i < n; i++) {
-    hak_slab_t *s = v[i];
+    slab_t *s = v[i];
     size_t j = i;
     for (; j > 0 && v[j - 1]->aux > s->aux; j--) v[j] = v[j - 1];
     v[j] = s;

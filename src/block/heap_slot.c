@@ -26,9 +26,9 @@
 #define CHUNK_SHORT ((size_t)1 << 20)
 _Static_assert(CHUNK_SHORT >= CHUNK_HEADER + 64 * SLOT_STRIDE, "a short chunk holds 64 heaps");
 
-static uint8_t *chunk;      /* the chunk slots are carved from; its state bytes first */
-static size_t chunk_next;   /* its next fresh slot */
-static size_t chunk_slots;  /* its slots: CHUNK_SLOTS, fewer in a short one */
+static uint8_t *chunk;     /* the chunk slots are carved from; its state bytes first */
+static size_t chunk_next;  /* its next fresh slot */
+static size_t chunk_slots; /* its slots: CHUNK_SLOTS, fewer in a short one */
 
 static uint8_t *chunk_map(size_t *slots) {
   *slots = CHUNK_SLOTS;
@@ -37,7 +37,7 @@ static uint8_t *chunk_map(size_t *slots) {
   c = os_map_aligned_part(CHUNK_SHORT, REGION_SIZE);
   if (c == NULL) return NULL;
   *slots = (CHUNK_SHORT - CHUNK_HEADER) / SLOT_STRIDE;
-  atomic_fetch_add_explicit(&hak_gstats.short_mappings, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.short_mappings, 1, memory_order_relaxed);
   return c;
 }
 
@@ -86,7 +86,7 @@ void heap_slot_bury(hak_heap_t *h) {
 }
 
 /* ---- references ------------------------------------------------------------------- */
-hak_heap_t *heap_user_hold(hak_slab_t *s, const void *p, const char *fn) {
+hak_heap_t *heap_user_hold(slab_t *s, const void *p, const char *fn) {
   for (;;) {
     hak_heap_t *u = __atomic_load_n(&s->user_heap, __ATOMIC_ACQUIRE);
     if (u == NULL) return NULL;
@@ -98,12 +98,12 @@ hak_heap_t *heap_user_hold(hak_slab_t *s, const void *p, const char *fn) {
     if (held) heap_user_unref(u);
     /* Released heaps hand their slabs over before they retire: a slab still naming a
      * retired heap of the same generation belongs to a destroyed one. */
-    else if (same) hak_fatal_pointer("block of a destroyed heap", fn, p);
+    else if (same) error_fatal_pointer("block of a destroyed heap", fn, p);
   }
 }
 
 /* ---- a user heap's large blocks --------------------------------------------------- */
-void heap_large_added(hak_heap_t *u, hak_slab_t *s, size_t counted) {
+void heap_large_added(hak_heap_t *u, slab_t *s, size_t counted) {
   pthread_mutex_lock(&u->lock);
   __atomic_store_n(&s->user_gen, atomic_load_explicit(&u->gen, memory_order_relaxed), __ATOMIC_RELAXED);
   __atomic_store_n(&s->user_heap, u, __ATOMIC_RELEASE);
@@ -116,7 +116,7 @@ void heap_large_added(hak_heap_t *u, hak_slab_t *s, size_t counted) {
  * heap's lock is never destroyed, so a free that raced with the heap's retirement
  * takes it safely and finds the block already gone (destroy and release empty the
  * list under that lock). */
-void heap_large_freed(hak_slab_t *s) {
+void heap_large_freed(slab_t *s) {
   hak_heap_t *u = __atomic_load_n(&s->user_heap, __ATOMIC_ACQUIRE);
   if (u == NULL) return;
   pthread_mutex_lock(&u->lock);
@@ -137,12 +137,11 @@ void heap_large_freed(hak_slab_t *s) {
 size_t heap_spare_trim(hak_heap_t *home, uint64_t now, bool all) {
   hak_heap_t *u = home->spare;
   if (u == NULL || u->spare_ms == 0) return 0;
-  if (!all && (hak_opt.purge_delay_ms < 0 || now - u->spare_ms < (uint64_t)hak_opt.purge_delay_ms))
-    return 0;
+  if (!all && (opt.purge_delay_ms < 0 || now - u->spare_ms < (uint64_t)opt.purge_delay_ms)) return 0;
   size_t bytes = span_cache_flush(u, now, -1);
   pthread_mutex_lock(&region_lock);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    for (hak_slab_t *s; (s = u->queue[c].head) != NULL;) {
+    for (slab_t *s; (s = u->queue[c].head) != NULL;) {
       queue_remove(&u->queue[c], s);
       bytes += (size_t)s->units * UNIT_SIZE;
       span_free(s, now);

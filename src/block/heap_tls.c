@@ -8,7 +8,7 @@
 
 /* The empty slab and heap make "no heap yet" look like "free list empty": the fast
  * path needs no initialisation check. */
-hak_slab_t hak_slab_empty = {.owner = OWNER_NONE};
-hak_heap_t hak_heap_empty = {.direct = {[0 ... ALL_DIRECT_SLOTS - 1] = &hak_slab_empty}};
-__thread hak_heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
-__thread hak_heap_t *hak_tls_alloc __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+slab_t empty_slab = {.owner = OWNER_NONE};
+hak_heap_t empty_heap = {.direct = {[0 ... ALL_DIRECT_SLOTS - 1] = &empty_slab}};
+__thread hak_heap_t *tls_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
+__thread hak_heap_t *tls_alloc __attribute__((tls_model("initial-exec"))) = &empty_heap;

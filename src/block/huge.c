@@ -8,18 +8,16 @@
 #include <errno.h>
 #include <string.h>
 
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
-
 #define HUGE_MAGIC 0x68616b6d656d4847ull       /* "hakmemHG" */
 #define HUGE_FREED_MAGIC 0x68616b6d656d4846ull /* "hakmemHF": kept after free */
 #define HUGE_HEADER 64
 
 typedef struct huge_header {
   uint64_t magic;
-  uintptr_t user;     /* the pointer handed out */
-  uintptr_t base;     /* the mapping */
+  uintptr_t user; /* the pointer handed out */
+  uintptr_t base; /* the mapping */
   size_t map_size;
-  size_t size;        /* requested */
+  size_t size; /* requested */
   /* A user heap's huge block: the heap, and its list of them (under the heap's lock). */
   hak_heap_t *heap;
   struct huge_header *next, *prev;
@@ -34,12 +32,11 @@ static huge_header_t *huge_header_of(uintptr_t p) {
 
 /* The bytes a huge block can have touched, as the purge budget counts them. */
 static size_t huge_resident(const huge_header_t *h) {
-  return round_up(h->user - h->base + h->size, os_page_size());
+  return align_up(h->user - h->base + h->size, os_page_size());
 }
 
 static void huge_mark(uintptr_t base, size_t map_size, uintptr_t user, uint8_t kind_tail) {
-  for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE)
-    region_map[c >> REGION_SHIFT] = kind_tail;
+  for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE) region_map[c >> REGION_SHIFT] = kind_tail;
   if (kind_tail != MAP_NONE) region_map[user >> REGION_SHIFT] = MAP_HUGE;
 }
 
@@ -50,7 +47,7 @@ static void huge_unmap(uintptr_t base, size_t map_size) { region_map_unmap(base,
  * own, which core dumps skip cleanly) when the mapping is made, stays while a freed
  * mapping is kept, and moves only when a block of another size reuses the mapping or a
  * resize moves its end: a block of the size just freed costs no system call. */
-static uintptr_t huge_guard_at(uintptr_t user, size_t size) { return round_up(user + size, os_page_size()); }
+static uintptr_t huge_guard_at(uintptr_t user, size_t size) { return align_up(user + size, os_page_size()); }
 /* False if the kernel refused (ENOMEM: too many mappings). A guard not set costs only
  * the check; a guard not removed would leave a hole in the next block, so the callers
  * that remove one give up when this fails. */
@@ -70,17 +67,17 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
    * starts the alignment's multiple past the header. Beyond, the header has the
    * mapping's first chunk to itself and the mapping is placed so that the block, right
    * after it, is aligned. */
-  size_t off = align > REGION_SIZE ? REGION_SIZE : round_up(HUGE_HEADER, align);
+  size_t off = align > REGION_SIZE ? REGION_SIZE : align_up(HUGE_HEADER, align);
   if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE || align >= (size_t)PTRDIFF_MAX / 2) {
     errno = ENOMEM;
     return NULL;
   }
   /* Whole chunks, so no foreign mapping ever shares one with a huge block. */
-  size_t map_size = round_up(off + n, REGION_SIZE);
+  size_t map_size = align_up(off + n, REGION_SIZE);
   uintptr_t base = 0;
   bool fresh = true, admitted;
   /* Before a kept mapping is taken: over a limit, kept ones go back first. */
-  size_t pages = round_up(off + n, os_page_size()); /* what the block can make resident */
+  size_t pages = align_up(off + n, os_page_size()); /* what the block can make resident */
   limit_give_back(pages, false);
   size_t held = limit_admit_huge(pages, &admitted);
   if (!admitted && limit_give_back(pages, true)) held = limit_admit_huge(pages, &admitted);
@@ -133,9 +130,9 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   pthread_mutex_lock(&region_lock);
   purge_note_huge((ptrdiff_t)huge_resident(h));
   pthread_mutex_unlock(&region_lock);
-  atomic_fetch_add_explicit(&hak_gstats.huge_mapped, map_size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.huge_mapped, map_size, memory_order_relaxed);
   limit_settle(held);
-  atomic_fetch_add_explicit(&hak_gstats.huge_allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.huge_allocs, 1, memory_order_relaxed);
   stats_note_in_use();
   if (zero && !fresh) memset((void *)user, 0, n); /* fresh mappings are zero */
   return (void *)user;
@@ -151,8 +148,8 @@ static uintptr_t huge_kept_guard(uintptr_t base, size_t map_size) {
 
 static huge_header_t *huge_checked(const void *p, const char *who) {
   huge_header_t *h = huge_header_of((uintptr_t)p);
-  if (h->magic == HUGE_FREED_MAGIC && h->user == (uintptr_t)p) hak_fatal_pointer("double free", who, p);
-  if (h->magic != HUGE_MAGIC || h->user != (uintptr_t)p) hak_fatal_pointer("invalid pointer", who, p);
+  if (h->magic == HUGE_FREED_MAGIC && h->user == (uintptr_t)p) error_fatal_pointer("double free", who, p);
+  if (h->magic != HUGE_MAGIC || h->user != (uintptr_t)p) error_fatal_pointer("invalid pointer", who, p);
   return h;
 }
 
@@ -164,7 +161,7 @@ static size_t huge_zero(huge_header_t *h) {
   uintptr_t first_end = h->base + page, end = h->user + h->size;
   if (h->user < first_end) memset((void *)h->user, 0, (end < first_end ? end : first_end) - h->user);
   uintptr_t from = h->user < first_end ? first_end : h->user; /* page-aligned then */
-  uintptr_t to = round_up(end, page);
+  uintptr_t to = align_up(end, page);
   if (to > from) os_purge((void *)from, to - from);
   return page;
 }
@@ -228,9 +225,8 @@ void huge_free(void *p, const char *who) {
   uint64_t now = os_now_ms();
   uintptr_t evicted_base = 0;
   size_t evicted_size = 0, kept_bytes = resident;
-  if (HAKMEM_SECURE && hak_opt.purge_delay_ms != 0 && map_size <= HUGE_KEEP_MAX)
-    kept_bytes = huge_zero(h);
-  atomic_fetch_sub_explicit(&hak_gstats.huge_mapped, map_size, memory_order_relaxed);
+  if (HAKMEM_SECURE && opt.purge_delay_ms != 0 && map_size <= HUGE_KEEP_MAX) kept_bytes = huge_zero(h);
+  atomic_fetch_sub_explicit(&gstats.huge_mapped, map_size, memory_order_relaxed);
   h->magic = HUGE_FREED_MAGIC; /* if kept, still mapped: a second free says "double free" */
   pthread_mutex_lock(&region_lock);
   purge_note_huge(-(ptrdiff_t)resident);
@@ -289,7 +285,7 @@ static void *huge_remap(void *p, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t new_size = round_up(off + n, REGION_SIZE);
+  size_t new_size = align_up(off + n, REGION_SIZE);
   uintptr_t base = h->base, old_size = h->map_size, old_guard = huge_guard_at(h->user, h->size);
   if (new_size == old_size) {
     if (huge_guard_at(h->user, n) != old_guard) {
@@ -314,12 +310,13 @@ static void *huge_remap(void *p, size_t n) {
     h->size = n;
     huge_guard(base, new_size, huge_guard_at(h->user, n), true);
     huge_note_resize(old_resident, h);
-    atomic_fetch_sub_explicit(&hak_gstats.huge_mapped, old_size - new_size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&gstats.huge_mapped, old_size - new_size, memory_order_relaxed);
     return p;
   }
   bool admitted;
   size_t held = limit_admit_huge(new_size - old_size, &admitted);
-  if (!admitted && limit_give_back(new_size - old_size, true)) held = limit_admit_huge(new_size - old_size, &admitted);
+  if (!admitted && limit_give_back(new_size - old_size, true))
+    held = limit_admit_huge(new_size - old_size, &admitted);
   void *target = admitted ? os_remap((void *)base, old_size, new_size, NULL) : NULL;
   if (target == NULL) {
     void *fresh = admitted ? os_map_block(new_size, REGION_SIZE, 0) : NULL;
@@ -342,8 +339,7 @@ static void *huge_remap(void *p, size_t n) {
   huge_mark(nb, new_size, nb + off, MAP_HUGE_TAIL);
   huge_guard(nb, new_size, huge_guard_at(nb + off, n), true);
   huge_note_resize(old_resident, nh);
-  atomic_fetch_add_explicit(&hak_gstats.huge_mapped, new_size - old_size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.huge_mapped, new_size - old_size, memory_order_relaxed);
   limit_settle(held);
   return (void *)(nb + off);
 }
-

@@ -24,17 +24,15 @@
 #include <errno.h>
 #include <string.h>
 
-#define LARGE_CLASS NUM_CLASSES /* class_idx of a large span */
-#define LARGE_CANARY 32         /* canary bytes on either side (default build) */
-#define LARGE_HEAD 64           /* the block's least alignment */
+#define LARGE_CLASS NUM_CLASSES                          /* class_idx of a large span */
+#define LARGE_CANARY 32                                  /* canary bytes on either side (default build) */
+#define LARGE_HEAD 64                                    /* the block's least alignment */
 #define LARGE_GUARD (HAKMEM_SECURE ? os_page_size() : 0) /* guard page bytes, each side */
-
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
 /* The canary bytes at a: they depend on the process and the address. */
 static void canary_words(uintptr_t a, uint64_t w[2]) {
-  w[0] = hak_cookie ^ (a * 0x9e3779b97f4a7c15ull);
-  w[1] = ~w[0] ^ hak_cookie;
+  w[0] = process_cookie ^ (a * 0x9e3779b97f4a7c15ull);
+  w[1] = ~w[0] ^ process_cookie;
 }
 /* Slack (the hardened build's; the default build's canaries): every byte in [from, to)
  * holds the canary byte of its address, byte a % 16 of canary_words(a rounded down to
@@ -63,16 +61,16 @@ static bool canary_intact(uintptr_t a) { return slack_intact(a, a + LARGE_CANARY
 
 /* The guard page after a block of n bytes at p (hardened build): the block ends less
  * than its alignment before it. */
-static uintptr_t tail_guard(uintptr_t p, size_t n) { return round_up(p + n, os_page_size()); }
+static uintptr_t tail_guard(uintptr_t p, size_t n) { return align_up(p + n, os_page_size()); }
 
 /* Where a block of n bytes aligned to `align` starts in the span at base: default build,
  * LARGE_HEAD bytes past the span's start (its head canary below it); hardened, as late
  * as lets it end before a page boundary, its tail guard. */
 static uintptr_t block_start(uintptr_t base, size_t n, size_t align) {
-  uintptr_t p = round_up(base + LARGE_GUARD + LARGE_HEAD, align);
+  uintptr_t p = align_up(base + LARGE_GUARD + LARGE_HEAD, align);
   if (!HAKMEM_SECURE) return p;
-  p = round_up(base + LARGE_GUARD, align);
-  return (round_up(p + n, os_page_size()) - n) & ~(uintptr_t)(align - 1);
+  p = align_up(base + LARGE_GUARD, align);
+  return (align_up(p + n, os_page_size()) - n) & ~(uintptr_t)(align - 1);
 }
 
 /* Prefaulting. The pages of a large block that no earlier use left resident fault in
@@ -107,24 +105,24 @@ static void prefault_look(void) {
 static void prefault(uintptr_t base, size_t resident, uintptr_t p, size_t n, bool on) {
   size_t page = os_page_size();
   uintptr_t from = (p - LARGE_CANARY) & ~(page - 1); /* the head canary's page */
-  if (base + resident > from) from = round_up(base + resident, page);
+  if (base + resident > from) from = align_up(base + resident, page);
   uintptr_t sentinel = ((p + n) & ~(page - 1)) - page;
   if (sentinel < from || sentinel < p) return;
   prefault_sentinel = sentinel;
   if (on && sentinel > from && os_populate((void *)from, sentinel - from))
-    atomic_fetch_add_explicit(&hak_gstats.large_prefaulted, sentinel - from, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.large_prefaulted, sentinel - from, memory_order_relaxed);
 }
 
 /* Units for n bytes aligned to `align`: head canary or guard and slack, the block, tail
  * canary or slack and guard. */
 static size_t units_for(size_t n, size_t align) {
-  size_t head = HAKMEM_SECURE ? round_up(LARGE_GUARD, align) : round_up(LARGE_HEAD, align);
+  size_t head = HAKMEM_SECURE ? align_up(LARGE_GUARD, align) : align_up(LARGE_HEAD, align);
   size_t tail = HAKMEM_SECURE ? 2 * LARGE_GUARD : LARGE_CANARY;
-  return round_up(head + n + tail, UNIT_SIZE) >> UNIT_SHIFT;
+  return align_up(head + n + tail, UNIT_SIZE) >> UNIT_SHIFT;
 }
 
 /* Arms the block's end: tail canary (hardened: slack and guard). */
-static void arm_tail(hak_slab_t *s, size_t n) {
+static void arm_tail(slab_t *s, size_t n) {
   s->aux = n;
   s->block_size = (uint32_t)n;
   if (!HAKMEM_SECURE) {
@@ -137,7 +135,7 @@ static void arm_tail(hak_slab_t *s, size_t n) {
 }
 
 /* Arms the block's start: head canary (hardened: guard and slack). */
-static void arm_head(hak_slab_t *s) {
+static void arm_head(slab_t *s) {
   if (!HAKMEM_SECURE) {
     canary_write(s->start - LARGE_CANARY);
     return;
@@ -148,7 +146,7 @@ static void arm_head(hak_slab_t *s) {
 }
 
 /* Are the bytes on either side of the block as armed? */
-static bool ends_intact(const hak_slab_t *s) {
+static bool ends_intact(const slab_t *s) {
   uintptr_t p = s->start;
   if (!HAKMEM_SECURE) return canary_intact(p - LARGE_CANARY) && canary_intact(p + s->aux);
   return slack_intact(slab_base(s) + LARGE_GUARD, p) && slack_intact(p + s->aux, tail_guard(p, s->aux));
@@ -158,7 +156,7 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   bool zero = flags & LARGE_ZERO;
   if (align < LARGE_HEAD) align = LARGE_HEAD;
   /* The heap malloc allocates from: a user heap keeps its big blocks on lists. */
-  hak_heap_t *h = hak_tls_alloc;
+  hak_heap_t *h = tls_alloc;
   bool user = h->kind == HEAP_KIND_USER;
   if (n > LARGE_MAX || align > LARGE_MAX / 2 || units_for(n, align) > REGION_MAX_SPAN_UNITS) {
     void *p = huge_alloc(n, align, zero);
@@ -171,8 +169,8 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   bool prefault_now = learn && prefault_streak >= PREFAULT_STREAK;
   /* A cached span up to a quarter bigger is as good as a new one; a growing block will
    * fill one twice as big (its written pages are resident anyway while cached). */
-  hak_slab_t *s = NULL;
-  if (h != &hak_heap_empty) { /* the purge thread may flush the cache of an idle heap */
+  slab_t *s = NULL;
+  if (h != &empty_heap) { /* the purge thread may flush the cache of an idle heap */
     pthread_mutex_lock(&h->lock);
     s = span_cache_take(h, units, flags & LARGE_GROWING ? 2 * units : units + units / 4);
     pthread_mutex_unlock(&h->lock);
@@ -200,67 +198,66 @@ void *large_alloc(size_t n, size_t align, unsigned flags) {
   s->start = p;
   s->div_magic = 0;
   s->start_magic = 0;
-  hak_tso_store(&s->carved_magic, 0);
+  tso_store(&s->carved_magic, 0);
   s->used = 1;
   /* Only what an earlier use wrote needs clearing; the rest reads as zero. */
   size_t dirty = base + s->touched > p ? base + s->touched - p : 0;
   if (learn) prefault(base, s->touched, p, n, prefault_now);
-  s->touched = (uint32_t)(units * UNIT_SIZE); /* the user may write all of it */
+  s->touched = (uint32_t)(units * UNIT_SIZE);              /* the user may write all of it */
   __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELAXED); /* a cached span's may be stale */
   if (zero && dirty > 0) memset((void *)p, 0, dirty < n ? dirty : n);
   arm_head(s);
   arm_tail(s, n);
   if (user) heap_large_added(h, s, counted); /* its list's readers see it whole */
   __atomic_store_n(&s->owner, OWNER_LARGE, __ATOMIC_RELEASE);
-  atomic_fetch_add_explicit(&hak_gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.large_allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.large_in_use, units * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.large_allocs, 1, memory_order_relaxed);
   stats_note_in_use();
   return (void *)p;
 }
 
 /* Back to the span cache; the hardened build lifts its guards first (the pages read as
  * zero then): all of the span up to guarded_to. */
-static void large_release(hak_slab_t *s, uintptr_t guarded_to) {
+static void large_release(slab_t *s, uintptr_t guarded_to) {
   if (HAKMEM_SECURE) guard_set(slab_base(s), guarded_to - slab_base(s), false);
   /* Any thread may keep a free span: it belongs to no heap until reused. */
-  hak_heap_t *h = hak_tls_heap;
-  if (h != &hak_heap_empty) pthread_mutex_lock(&h->lock);
+  hak_heap_t *h = tls_heap;
+  if (h != &empty_heap) pthread_mutex_lock(&h->lock);
   span_cache_put(h, s, os_now_ms());
-  if (h != &hak_heap_empty) pthread_mutex_unlock(&h->lock);
+  if (h != &empty_heap) pthread_mutex_unlock(&h->lock);
 }
 
 #if HAKMEM_SECURE
 #define LARGE_QUARANTINE 16
-static hak_slab_t *large_quarantine[LARGE_QUARANTINE]; /* under region_lock */
+static slab_t *large_quarantine[LARGE_QUARANTINE]; /* under region_lock */
 static uint64_t large_quarantine_rng;
 
 /* Takes s in, returns the block it evicts (or NULL), chosen at random. */
-static hak_slab_t *large_quarantine_swap(hak_slab_t *s) {
+static slab_t *large_quarantine_swap(slab_t *s) {
   pthread_mutex_lock(&region_lock);
-  uint64_t x = large_quarantine_rng + 0x9e3779b97f4a7c15ull + hak_cookie;
+  uint64_t x = large_quarantine_rng + 0x9e3779b97f4a7c15ull + process_cookie;
   large_quarantine_rng = x;
   x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
   size_t i = (size_t)((x ^ (x >> 29)) % LARGE_QUARANTINE);
-  hak_slab_t *old = large_quarantine[i];
+  slab_t *old = large_quarantine[i];
   large_quarantine[i] = s;
   pthread_mutex_unlock(&region_lock);
   return old;
 }
 #endif
 
-void large_free(hak_slab_t *s, void *p) {
+void large_free(slab_t *s, void *p) {
   uintptr_t a = (uintptr_t)p;
-  if (a != s->start) hak_fatal_pointer("invalid pointer", "free", p);
+  if (a != s->start) error_fatal_pointer("invalid pointer", "free", p);
   /* Claim the block: of two threads freeing it at once, one loses here. */
   uintptr_t expect = OWNER_LARGE;
   if (!__atomic_compare_exchange_n(&s->owner, &expect, OWNER_CACHED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
-    hak_fatal_pointer("double free", "free", p);
-  if (!ends_intact(s)) hak_fatal_at("heap overflow detected", p);
+    error_fatal_pointer("double free", "free", p);
+  if (!ends_intact(s)) error_fatal_at("heap overflow detected", p);
   if (prefault_sentinel - a < s->aux) prefault_look(); /* this block's */
-  heap_large_freed(s); /* if a user heap's */
-  atomic_fetch_sub_explicit(&hak_gstats.large_in_use, (size_t)s->units * UNIT_SIZE,
-                            memory_order_relaxed);
+  heap_large_freed(s);                                 /* if a user heap's */
+  atomic_fetch_sub_explicit(&gstats.large_in_use, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
   uintptr_t guarded_to = 0;
 #if HAKMEM_SECURE
   /* Zero on free: the whole span is guarded, its pages dropped. */
@@ -275,7 +272,7 @@ void large_free(hak_slab_t *s, void *p) {
   large_release(s, guarded_to);
 }
 
-size_t large_usable(const hak_slab_t *s, const void *p) {
+size_t large_usable(const slab_t *s, const void *p) {
   if ((uintptr_t)p != s->start) return 0;
   return s->block_size;
 }
@@ -283,13 +280,13 @@ size_t large_usable(const hak_slab_t *s, const void *p) {
 /* Resize without moving (default build): shrink by giving back tail units, grow over
  * free neighbours. A block that grows keeps the units it has beyond its need (a span
  * taken bigger for growth, LARGE_GROWING). The tail canary moves with the end. */
-void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
+void *large_realloc_in_place(slab_t *s, void *p, size_t n) {
   if (HAKMEM_SECURE) return NULL; /* a moved block is zeroed and quarantined */
   uintptr_t base = slab_base(s), a = (uintptr_t)p;
   size_t head = a - base;
-  size_t units = round_up(head + n + LARGE_CANARY, UNIT_SIZE) >> UNIT_SHIFT;
+  size_t units = align_up(head + n + LARGE_CANARY, UNIT_SIZE) >> UNIT_SHIFT;
   if (n > LARGE_MAX || units > REGION_MAX_SPAN_UNITS) return NULL;
-  if (!canary_intact(a + s->aux)) hak_fatal_at("heap overflow detected", p);
+  if (!canary_intact(a + s->aux)) error_fatal_at("heap overflow detected", p);
   size_t old_bytes = (size_t)s->units * UNIT_SIZE;
   if (units < s->units && n > s->aux) units = s->units;
   if (units != s->units) {
@@ -310,8 +307,7 @@ void *large_realloc_in_place(hak_slab_t *s, void *p, size_t n) {
   size_t new_bytes = (size_t)s->units * UNIT_SIZE;
   if (u != NULL) heap_held_add(u, new_bytes - old_bytes);
   if (new_bytes > old_bytes)
-    atomic_fetch_add_explicit(&hak_gstats.large_in_use, new_bytes - old_bytes, memory_order_relaxed);
-  else
-    atomic_fetch_sub_explicit(&hak_gstats.large_in_use, old_bytes - new_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.large_in_use, new_bytes - old_bytes, memory_order_relaxed);
+  else atomic_fetch_sub_explicit(&gstats.large_in_use, old_bytes - new_bytes, memory_order_relaxed);
   return p;
 }

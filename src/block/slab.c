@@ -6,28 +6,28 @@
 
 #include <string.h>
 
-_Noreturn void slab_corrupt_link(const hak_slab_t *s, const void *link) {
+_Noreturn void slab_corrupt_link(const slab_t *s, const void *link) {
   (void)s;
-  hak_fatal_at("corrupted free list (write after free?) at", link);
+  error_fatal_at("corrupted free list (write after free?) at", link);
 }
 
 /* A slab with no block out forgets its carving: its pages can go back to the OS (the
  * caller purges the bytes returned), and the next refill carves it again. */
-size_t slab_uncarve(hak_slab_t *s) {
+size_t slab_uncarve(slab_t *s) {
   size_t bytes = (size_t)s->units * UNIT_SIZE;
   s->free = s->local_free = NULL;
   s->capacity = 0;
-  hak_tso_store(&s->carved_magic, 0);
+  tso_store(&s->carved_magic, 0);
   s->aux = 0;
   s->touched = 0;
-  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.purged_bytes, bytes, memory_order_relaxed);
   return bytes;
 }
 
 /* Stale pages of a reused span fewer than this are left for carving to reuse. */
 #define STALE_PURGE_MIN 16384
 
-void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
+void slab_init(slab_t *s, uint32_t class_idx, uintptr_t owner) {
   uint32_t size = class_size[class_idx];
   size_t bytes = (size_t)s->units * UNIT_SIZE;
   __atomic_store_n(&s->class_idx, class_idx, __ATOMIC_RELAXED); /* stats_walk reads it racily */
@@ -39,7 +39,7 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
   s->start_magic = s->start * s->div_magic;
   s->reserved = (uint32_t)((bytes - gap) / size);
   s->capacity = 0;
-  hak_tso_store(&s->carved_magic, 0);
+  tso_store(&s->carved_magic, 0);
   s->used = 0;
   s->free = NULL;
   s->local_free = NULL;
@@ -49,18 +49,18 @@ void slab_init(hak_slab_t *s, uint32_t class_idx, uintptr_t owner) {
 }
 
 /* Where a slab's written pages should end: its carved blocks, rounded up to a page. */
-static size_t stale_keep(const hak_slab_t *s) {
+static size_t stale_keep(const slab_t *s) {
   size_t page = os_page_size();
   return (s->start - slab_base(s) + (size_t)s->capacity * s->block_size + page - 1) & ~(page - 1);
 }
 
-bool slab_has_stale(const hak_slab_t *s) { return s->touched >= stale_keep(s) + STALE_PURGE_MIN; }
+bool slab_has_stale(const slab_t *s) { return s->touched >= stale_keep(s) + STALE_PURGE_MIN; }
 
 /* A reused span may still hold pages an earlier use wrote past what this slab has
  * carved. Carving reuses them in time, but a slab carves only as far as its class
  * needs, so they could stay resident, unused, until the slab is given up: on deferred
  * work, those past the carved blocks go back. Returns the bytes given back. */
-size_t slab_trim_stale(hak_slab_t *s) {
+size_t slab_trim_stale(slab_t *s) {
   if (!slab_has_stale(s)) return 0;
   size_t keep = stale_keep(s), n = s->touched - keep;
   os_purge((void *)(slab_base(s) + keep), n);
@@ -74,7 +74,7 @@ size_t slab_trim_stale(hak_slab_t *s) {
  * within a page in every slab of every class and heap. Starting each slab's carves at a
  * block picked from the slab's address spreads them, and changes no address, so the
  * class's alignment, the pages written and the slab's capacity stay as they were. */
-static uint32_t carve_colour(const hak_slab_t *s, uint32_t n) {
+static uint32_t carve_colour(const slab_t *s, uint32_t n) {
   uint32_t h = (uint32_t)(slab_base(s) >> UNIT_SHIFT) * 2654435761u; /* Fibonacci hashing */
   return (uint32_t)((uint64_t)(h >> 8) * n >> 24);
 }
@@ -84,7 +84,7 @@ static uint32_t carve_colour(const hak_slab_t *s, uint32_t n) {
  * reused span, a destroyed heap's slab), up to this many are carved at once. */
 #define RESIDENT_CARVE 16
 
-bool slab_extend(hak_slab_t *s) {
+bool slab_extend(slab_t *s) {
   if (s->capacity >= s->reserved) return false;
   uint32_t n = class_carve[s->class_idx];
   uintptr_t first = s->start + (uintptr_t)s->capacity * s->block_size;
@@ -96,7 +96,7 @@ bool slab_extend(hak_slab_t *s) {
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   s->capacity += n;
   /* Before any carved block is handed out: a free of one checks it against this. */
-  hak_tso_store(&s->carved_magic, (uint64_t)s->capacity * (uint64_t)(s->block_size * s->div_magic));
+  tso_store(&s->carved_magic, (uint64_t)s->capacity * (uint64_t)(s->block_size * s->div_magic));
   uint32_t end = (uint32_t)(first + (uintptr_t)n * s->block_size - slab_base(s));
   if (end > s->touched) s->touched = end;
   if (HAKMEM_SECURE) {
@@ -107,20 +107,20 @@ bool slab_extend(hak_slab_t *s) {
     if (written > from) memset((void *)from, 0, (written < stop ? written : stop) - from);
     secure_carve(s, first, n);
     for (uint32_t i = 0; i < n; i++) /* free, as the default build's carve below leaves them */
-      ((hak_block_t *)(first + (uintptr_t)i * s->block_size))->free_tag = block_free_tag(s);
+      ((block_t *)(first + (uintptr_t)i * s->block_size))->free_tag = block_free_tag(s);
     return true;
   }
   /* The list runs from the coloured block to the carve's end, then from its start up to it.
    * Each block carries the free tag, as a freed one does: a free of a block carved but
    * not handed out yet is a double free, not a second copy of it on the list. */
   uintptr_t size = s->block_size, stop = first + (uintptr_t)n * size, tag = block_free_tag(s);
-  hak_block_t *head = (hak_block_t *)(first + carve_colour(s, n) * size), *b = head;
+  block_t *head = (block_t *)(first + carve_colour(s, n) * size), *b = head;
   for (uint32_t i = 0; i + 1 < n; i++) {
     uintptr_t next = (uintptr_t)b + size;
     if (next == stop) next = first;
-    b->next = (hak_block_t *)next;
+    b->next = (block_t *)next;
     b->free_tag = tag;
-    b = (hak_block_t *)next;
+    b = (block_t *)next;
   }
   b->next = s->free;
   b->free_tag = tag;
@@ -133,15 +133,15 @@ bool slab_extend(hak_slab_t *s) {
  * takes the list and its count together, so `used` is exact afterwards, and the remote
  * chain is never walked unless free blocks are already listed (its blocks are cold in
  * this thread's cache; the next malloc touches them once). */
-uint32_t slab_collect_slow(hak_slab_t *s) {
+uint32_t slab_collect_slow(slab_t *s) {
   uint32_t taken = 0;
   if (slab_has_remote(s)) {
     uintptr_t word = atomic_exchange_explicit(&s->remote, 0, memory_order_acquire);
-    hak_block_t *list = (hak_block_t *)(word & REMOTE_LIST_MASK);
+    block_t *list = (block_t *)(word & REMOTE_LIST_MASK);
     taken = (uint32_t)(word >> REMOTE_COUNT_SHIFT);
     if (list != NULL) {
       if (s->free != NULL) {
-        hak_block_t *t = list;
+        block_t *t = list;
         while (block_next(t)) t = block_next(t);
         block_set_next(t, s->free);
       }
@@ -149,11 +149,11 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
     }
     /* Named plain store: a head collects without the heap's lock, which the statistics
      * walk holds as it reads `used`. */
-    hak_tso_store(&s->used, (uint16_t)(s->used - taken));
+    tso_store(&s->used, (uint16_t)(s->used - taken));
   }
   if (s->local_free != NULL) {
     if (s->free != NULL) {
-      hak_block_t *t = s->local_free;
+      block_t *t = s->local_free;
       while (block_next(t)) t = block_next(t);
       block_set_next(t, s->free);
     }
@@ -165,36 +165,36 @@ uint32_t slab_collect_slow(hak_slab_t *s) {
 
 _Atomic bool slab_remote_seen; /* see block.h */
 
-void slab_remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t count) {
+void slab_remote_push(slab_t *s, block_t *head, block_t *tail, uint32_t count) {
   slab_note_remote();
   uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), word;
   do {
-    block_set_next(tail, (hak_block_t *)(old & REMOTE_LIST_MASK));
+    block_set_next(tail, (block_t *)(old & REMOTE_LIST_MASK));
     word = (uintptr_t)head | ((old & ~REMOTE_LIST_MASK) + ((uintptr_t)count << REMOTE_COUNT_SHIFT));
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, word, memory_order_release,
                                                   memory_order_relaxed));
-  hak_remote_counter_t *c = remote_counter_of(s); /* once per push of up to 32 blocks */
+  remote_counter_t *c = remote_counter_of(s); /* once per push of up to 32 blocks */
   atomic_fetch_add_explicit(&c->pushes, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&c->blocks, count, memory_order_relaxed);
 }
 
 /* Debug level 2: the whole slab is consistent. Every free block is inside the carved
  * part at a block boundary, the lists hold no cycle, and the count is in range. */
-void slab_check(const hak_slab_t *s) {
+void slab_check(const slab_t *s) {
   if (HAKMEM_DEBUG < 2) return;
   uint32_t listed = 0;
-  const hak_block_t *lists[2] = {s->free, s->local_free};
+  const block_t *lists[2] = {s->free, s->local_free};
   for (int l = 0; l < 2; l++) {
-    for (const hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
+    for (const block_t *b = lists[l]; b != NULL; b = block_next(b)) {
       uintptr_t a = (uintptr_t)b;
       if (a < s->start || a >= s->start + (uintptr_t)s->capacity * s->block_size ||
           (a - s->start) % s->block_size != 0)
-        hak_fatal_pointer("corrupt free list (a block outside its slab)", "slab_check", b);
-      if (++listed > s->capacity) hak_fatal_pointer("corrupt free list (a cycle)", "slab_check", s);
+        error_fatal_pointer("corrupt free list (a block outside its slab)", "slab_check", b);
+      if (++listed > s->capacity) error_fatal_pointer("corrupt free list (a cycle)", "slab_check", s);
     }
   }
   /* Every carved block is listed or out (remote frees count as out until collected),
    * and the queue head's pin adds one. */
   if (listed + s->used < s->capacity || listed + s->used > s->capacity + 1)
-    hak_fatal_pointer("slab counts disagree", "slab_check", s);
+    error_fatal_pointer("slab counts disagree", "slab_check", s);
 }

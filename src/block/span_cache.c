@@ -6,25 +6,25 @@
 #include "block/block.h"
 
 /* A span freed here must not pass for a live block: no owner, no valid offset. */
-static void mark_cached(hak_slab_t *s, uint64_t now) {
+static void mark_cached(slab_t *s, uint64_t now) {
   s->div_magic = 0;
   s->start_magic = 0;
-  hak_tso_store(&s->carved_magic, 0);
+  tso_store(&s->carved_magic, 0);
   s->aux = now;
   __atomic_store_n(&s->owner, OWNER_CACHED, __ATOMIC_RELEASE);
 }
 
-static void cache_remove_at(hak_span_cache_t *c, uint32_t i) {
+static void cache_remove_at(span_cache_t *c, uint32_t i) {
   c->units -= c->spans[i]->units;
   for (uint32_t j = i + 1; j < c->count; j++) c->spans[j - 1] = c->spans[j];
   c->count--;
 }
 
 /* The newest span with units..max_units units, or NULL. */
-hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units) {
-  hak_span_cache_t *c = &h->spans;
+slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units) {
+  span_cache_t *c = &h->spans;
   for (uint32_t i = c->count; i-- > 0;) {
-    hak_slab_t *s = c->spans[i];
+    slab_t *s = c->spans[i];
     if (s->units >= units && s->units <= max_units) {
       cache_remove_at(c, i);
       return s;
@@ -33,7 +33,7 @@ hak_slab_t *span_cache_take(hak_heap_t *h, size_t units, size_t max_units) {
   return NULL;
 }
 
-static void release_to_region(hak_heap_t *h, hak_slab_t **list, uint32_t n, uint64_t now) {
+static void release_to_region(hak_heap_t *h, slab_t **list, uint32_t n, uint64_t now) {
   if (n == 0) return;
   size_t units = 0;
   pthread_mutex_lock(&region_lock);
@@ -42,18 +42,18 @@ static void release_to_region(hak_heap_t *h, hak_slab_t **list, uint32_t n, uint
     span_free(list[i], now);
   }
   pthread_mutex_unlock(&region_lock);
-  if (h != &hak_heap_empty) heap_held_add(h, -units * UNIT_SIZE); /* the spans leave the heap */
+  if (h != &empty_heap) heap_held_add(h, -units * UNIT_SIZE); /* the spans leave the heap */
 }
 
-void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now) {
-  hak_span_cache_t *c = &h->spans;
+void span_cache_put(hak_heap_t *h, slab_t *s, uint64_t now) {
+  span_cache_t *c = &h->spans;
   /* Purge delay 0 means memory goes back at once; big spans go straight back too. */
-  if (h == &hak_heap_empty || hak_opt.purge_delay_ms == 0 || s->units > SPAN_CACHE_SPAN_UNITS) {
+  if (h == &empty_heap || opt.purge_delay_ms == 0 || s->units > SPAN_CACHE_SPAN_UNITS) {
     release_to_region(h, &s, 1, now);
     return;
   }
   mark_cached(s, now);
-  hak_slab_t *evicted[SPAN_CACHE_SLOTS];
+  slab_t *evicted[SPAN_CACHE_SLOTS];
   uint32_t n = 0;
   while (c->count == SPAN_CACHE_SLOTS || c->units + s->units > SPAN_CACHE_MAX_UNITS) {
     evicted[n++] = c->spans[0];
@@ -65,12 +65,12 @@ void span_cache_put(hak_heap_t *h, hak_slab_t *s, uint64_t now) {
 }
 
 size_t span_cache_flush(hak_heap_t *h, uint64_t now, long older_than_ms) {
-  hak_span_cache_t *c = &h->spans;
-  hak_slab_t *out[SPAN_CACHE_SLOTS];
+  span_cache_t *c = &h->spans;
+  slab_t *out[SPAN_CACHE_SLOTS];
   uint32_t n = 0;
   size_t bytes = 0;
   for (uint32_t i = 0; i < c->count;) {
-    hak_slab_t *s = c->spans[i];
+    slab_t *s = c->spans[i];
     if (older_than_ms < 0 || now - s->aux >= (uint64_t)older_than_ms) {
       out[n++] = s;
       bytes += (size_t)s->units * UNIT_SIZE;

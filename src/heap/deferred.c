@@ -16,11 +16,11 @@ static void heap_others_if_due(hak_heap_t *self, uint64_t now) {
   static _Atomic uint64_t next_ms;
   uint64_t due = atomic_load_explicit(&next_ms, memory_order_relaxed);
   if (now < due) return;
-  if (!atomic_compare_exchange_strong_explicit(&next_ms, &due, now + purge_period_ms(),
-                                               memory_order_relaxed, memory_order_relaxed))
+  if (!atomic_compare_exchange_strong_explicit(&next_ms, &due, now + purge_period_ms(), memory_order_relaxed,
+                                               memory_order_relaxed))
     return;
   heap_dissolve_parked(now, false);
-  if (hak_opt.purge_delay_ms >= 0) heap_reclaim_idle(self, now, due - purge_period_ms(), false);
+  if (opt.purge_delay_ms >= 0) heap_reclaim_idle(self, now, due - purge_period_ms(), false);
 }
 
 /* ---- deferred work, trimming, thread exit ------------------------------------------- */
@@ -28,9 +28,9 @@ static void heap_others_if_due(hak_heap_t *self, uint64_t now) {
 /* Full slabs with remote frees go back to their queue; empty ones to the region. */
 static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
   size_t released = 0;
-  hak_slab_t *s = h->full[c].head;
+  slab_t *s = h->full[c].head;
   while (s != NULL) {
-    hak_slab_t *next = s->next;
+    slab_t *next = s->next;
     if (slab_has_remote(s)) {
       slab_collect(s);
       if (s->used == 0 || s->free != NULL) {
@@ -56,7 +56,7 @@ static size_t heap_collect_full(hak_heap_t *h, uint32_t c) {
 static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
   for (uint64_t classes = h->pinned_classes; classes != 0; classes &= classes - 1) {
     uint32_t c = (uint32_t)__builtin_ctzll(classes);
-    hak_slab_t *s = h->pinned[c];
+    slab_t *s = h->pinned[c];
     if (s == NULL) {
       h->pinned_classes &= ~((uint64_t)1 << c);
       continue;
@@ -66,7 +66,7 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
       continue;
     }
     if (s->aux == 0) s->aux = now;
-    if (now - s->aux < (uint64_t)hak_opt.purge_delay_ms) continue;
+    if (now - s->aux < (uint64_t)opt.purge_delay_ms) continue;
     os_purge((void *)slab_base(s), slab_uncarve(s));
   }
 }
@@ -84,21 +84,21 @@ static void heap_purge_free_blocks(hak_heap_t *h, bool all) {
   size_t page = os_page_size();
   for (uint32_t c = TINY_CLASSES; c < NUM_CLASSES; c++) {
     if (class_size[c] < 2 * page) continue;
-    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) {
-      hak_block_t *lists[2] = {s->free, s->local_free};
+    for (slab_t *s = h->queue[c].head; s != NULL; s = s->next) {
+      block_t *lists[2] = {s->free, s->local_free};
       for (int l = 0; l < 2; l++) {
-        for (hak_block_t *b = lists[l]; b != NULL; b = block_next(b)) {
+        for (block_t *b = lists[l]; b != NULL; b = block_next(b)) {
           uintptr_t a = (uintptr_t)b, *mark = &((uintptr_t *)a)[2];
           if (block_purged(a)) continue;
-          if (!HAKMEM_SECURE && !all && *mark != (a ^ hak_cookie ^ SEEN_MARK)) {
-            *mark = a ^ hak_cookie ^ SEEN_MARK;
+          if (!HAKMEM_SECURE && !all && *mark != (a ^ process_cookie ^ SEEN_MARK)) {
+            *mark = a ^ process_cookie ^ SEEN_MARK;
             continue;
           }
           uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
           uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
           if (to > from) {
             os_purge((void *)from, to - from);
-            atomic_fetch_add_explicit(&hak_gstats.purged_bytes, to - from, memory_order_relaxed);
+            atomic_fetch_add_explicit(&gstats.purged_bytes, to - from, memory_order_relaxed);
           }
           block_mark_purged(a);
         }
@@ -118,9 +118,9 @@ static void heap_trim_stale(hak_heap_t *h) {
   size_t purged = 0;
   for (; classes != 0; classes &= classes - 1) {
     uint32_t c = (uint32_t)__builtin_ctzll(classes);
-    for (hak_slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);
+    for (slab_t *s = h->queue[c].head; s != NULL; s = s->next) purged += slab_trim_stale(s);
   }
-  if (purged) atomic_fetch_add_explicit(&hak_gstats.purged_bytes, purged, memory_order_relaxed);
+  if (purged) atomic_fetch_add_explicit(&gstats.purged_bytes, purged, memory_order_relaxed);
 }
 
 static void heap_deferred(hak_heap_t *h, uint64_t now) {
@@ -132,19 +132,19 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
   /* Heads are looked at every quarter of the delay, not at every pass: a busy heap
    * reads its heads' descriptors less often, and a head is still purged within a delay
    * and a half of its last use. */
-  if (hak_opt.purge_delay_ms >= 0 && now >= h->next_idle_heads_ms) {
-    uint64_t step = (uint64_t)hak_opt.purge_delay_ms / 4;
+  if (opt.purge_delay_ms >= 0 && now >= h->next_idle_heads_ms) {
+    uint64_t step = (uint64_t)opt.purge_delay_ms / 4;
     h->next_idle_heads_ms = now + (step > DEFERRED_PERIOD_MS ? step : DEFERRED_PERIOD_MS);
     heap_purge_idle_heads(h, now);
   }
-  if (hak_opt.purge_delay_ms >= 0) heap_trim_stale(h);
-  if (hak_opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
+  if (opt.purge_delay_ms >= 0) heap_trim_stale(h);
+  if (opt.purge_delay_ms >= 0 && now >= h->next_block_purge_ms) {
     h->next_block_purge_ms = now + purge_period_ms();
     heap_purge_free_blocks(h, false);
   }
   /* Over a memory limit the cached spans go back at once (limit.c). */
   if (h->spans.count)
-    span_cache_flush(h, now, limit_near(0) ? -1 : hak_opt.purge_delay_ms < 0 ? INT32_MAX : hak_opt.purge_delay_ms);
+    span_cache_flush(h, now, limit_near(0) ? -1 : opt.purge_delay_ms < 0 ? INT32_MAX : opt.purge_delay_ms);
   /* Only other threads' frees change a full slab: until a first one, there is nothing to
    * find, and a single-threaded program need not walk its full slabs at every pass. */
   if (atomic_load_explicit(&slab_remote_seen, memory_order_relaxed))
@@ -168,25 +168,25 @@ static void heap_deferred(hak_heap_t *h, uint64_t now) {
 /* On a path slow enough to look at the clock: deferred work, when it is due. */
 void heap_deferred_if_due(hak_heap_t *h) {
   uint64_t now = os_now_ms();
-  if (hak_unlikely(now >= h->next_deferred_ms)) heap_deferred(h, now);
+  if (HAK_UNLIKELY(now >= h->next_deferred_ms)) heap_deferred(h, now);
 }
 
 /* limit.c's limit_reclaim: near a memory limit, what the heaps hold goes back as at
  * malloc_trim. Called with no lock held. */
-void heap_limit_reclaim(void) { heap_collect(hak_tls_heap, true); }
+void heap_limit_reclaim(void) { heap_collect(tls_heap, true); }
 
 size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
-  if (h != &hak_heap_empty) {
+  if (h != &empty_heap) {
     pthread_mutex_lock(&h->lock);
     heap_remote_flush(h);
     heap_purge_free_blocks(h, true);
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
       released += heap_collect_full(h, c);
       if (release_all) heap_unpin(h, c);
-      hak_slab_t *s = h->queue[c].head;
+      slab_t *s = h->queue[c].head;
       while (s != NULL) {
-        hak_slab_t *next = s->next;
+        slab_t *next = s->next;
         slab_collect(s);
         if (s->used == 0) {
           queue_remove(&h->queue[c], s);
@@ -201,7 +201,7 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
     pthread_mutex_unlock(&h->lock);
   }
   uint64_t now = os_now_ms();
-  if (h != &hak_heap_empty) released += heap_spare_trim(h, now, true);
+  if (h != &empty_heap) released += heap_spare_trim(h, now, true);
   heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
   released += heap_reclaim_idle(h, now, now, true);
   pthread_mutex_lock(&region_lock);
@@ -230,7 +230,7 @@ static bool heap_trim_worth(const hak_heap_t *h) {
   for (uint32_t i = 0; i < REMOTE_CHAINS; i++)
     if (h->remote[i].slab != NULL) return true;
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    const hak_slab_t *s = h->pinned[c];
+    const slab_t *s = h->pinned[c];
     if (s == NULL || s->capacity == 0) continue;
     uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
     if (s->used == 1 + (uint32_t)(remote >> REMOTE_COUNT_SHIFT)) return true;
@@ -238,27 +238,28 @@ static bool heap_trim_worth(const hak_heap_t *h) {
   return false;
 }
 
-size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved) {
+size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, slab_t **uncarved) {
   size_t n = 0;
   int tid = __atomic_load_n(&h->tid, __ATOMIC_RELAXED);
-  if (h->spans.count) span_cache_flush(h, now, hak_opt.purge_delay_ms);
+  if (h->spans.count) span_cache_flush(h, now, opt.purge_delay_ms);
   uint64_t before, after;
   if (HAKMEM_TSAN || tid == 0 || !heap_trim_worth(h) || !os_thread_asleep(tid, &before)) return 0;
-  hak_slab_t *heads[NUM_CLASSES], *chains[REMOTE_CHAINS];
+  slab_t *heads[NUM_CLASSES], *chains[REMOTE_CHAINS];
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     heads[c] = h->queue[c].head;
     __atomic_store_n(&h->queue[c].head, NULL, __ATOMIC_RELAXED);
   }
-  for (uint32_t i = 0; i < ALL_DIRECT_SLOTS; i++) __atomic_store_n(&h->direct[i], &hak_slab_empty, __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < ALL_DIRECT_SLOTS; i++)
+    __atomic_store_n(&h->direct[i], &empty_slab, __ATOMIC_RELAXED);
   for (uint32_t i = 0; i < REMOTE_CHAINS; i++) {
     chains[i] = h->remote[i].slab;
-    __atomic_store_n(&h->remote[i].slab, &hak_slab_empty, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->remote[i].slab, &empty_slab, __ATOMIC_RELEASE);
   }
   atomic_thread_fence(memory_order_seq_cst);
   bool quiet = os_thread_asleep(tid, &after) && after == before;
   if (quiet) {
     for (uint32_t i = 0; i < REMOTE_CHAINS; i++) {
-      struct hak_remote_chain *rc = &h->remote[i];
+      struct remote_chain *rc = &h->remote[i];
       if (chains[i] != NULL) slab_remote_push(chains[i], rc->head, rc->tail, rc->count);
       rc->head = rc->tail = NULL;
       rc->count = 0;
@@ -269,7 +270,7 @@ size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved)
       }
     }
     for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-      hak_slab_t *s = h->pinned[c];
+      slab_t *s = h->pinned[c];
       if (s == NULL || s->capacity == 0) continue;
       slab_collect(s);
       if (s->used == 1) {
@@ -279,7 +280,8 @@ size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved)
     }
   }
   for (uint32_t c = 0; c < NUM_CLASSES; c++) h->queue[c].head = heads[c];
-  for (uint32_t i = 0; i < REMOTE_CHAINS; i++) __atomic_store_n(&h->remote[i].slab, chains[i], __ATOMIC_RELEASE);
+  for (uint32_t i = 0; i < REMOTE_CHAINS; i++)
+    __atomic_store_n(&h->remote[i].slab, chains[i], __ATOMIC_RELEASE);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) heap_head_changed(h, c); /* the direct slots */
   return n;
 }

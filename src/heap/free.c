@@ -17,11 +17,8 @@ void free_outside_regions(void *p, const char *fn) {
     prof_free_large(p);
     huge_free(p, fn);
     return;
-  case MAP_HUGE_TAIL:
-    hak_fatal_pointer("invalid pointer", fn, p);
-  case MAP_ZERO:
-    zero_check(p, fn, true);
-    return;
+  case MAP_HUGE_TAIL: error_fatal_pointer("invalid pointer", fn, p);
+  case MAP_ZERO: zero_check(p, fn, true); return;
   default:
     if (p != NULL) foreign_free(p, fn);
   }
@@ -33,23 +30,23 @@ void free_outside_regions(void *p, const char *fn) {
 void free_unmapped(void *p) {
   uintptr_t a = (uintptr_t)p;
   if (p == NULL) return;
-  if (region_map_kind(a) == MAP_REGION) heap_free_other(p, region_slab_of(a), hak_tls_heap);
+  if (region_map_kind(a) == MAP_REGION) heap_free_other(p, region_slab_of(a), tls_heap);
   else free_outside_regions(p, "free");
 }
 
 /* The block p points at inside a region (for realloc and malloc_usable_size); aborts
  * with fn's name if p is not one handed out: not a block start carving has reached, or
  * a block that is free (its tag, as free checks it). */
-hak_slab_t *region_block_checked(void *p, const char *fn) {
+slab_t *region_block_checked(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
-  hak_slab_t *s = region_slab_of(a);
+  slab_t *s = region_slab_of(a);
   uintptr_t owner = slab_owner(s);
   if (owner == OWNER_LARGE) {
-    if (a != s->start) hak_fatal_pointer("invalid pointer", fn, p);
+    if (a != s->start) error_fatal_pointer("invalid pointer", fn, p);
   } else if (owner == OWNER_NONE || owner == OWNER_CACHED) {
     report_not_live(p, fn);
-  } else if (!slab_is_carved_block(s, a) || ((hak_block_t *)p)->free_tag == block_free_tag(s)) {
-    hak_fatal_pointer("invalid pointer", fn, p);
+  } else if (!slab_is_carved_block(s, a) || ((block_t *)p)->free_tag == block_free_tag(s)) {
+    error_fatal_pointer("invalid pointer", fn, p);
   }
   return s;
 }
@@ -58,11 +55,11 @@ hak_slab_t *region_block_checked(void *p, const char *fn) {
  * pushed alone, as there are no chains to batch it in, and its owner noted as the heap
  * this thread's first malloc may take over (heap_take_parked). Everything else, and a
  * user heap's block (pushed under a reference), takes heap_free_slow. */
-static hak_noinline void heap_free_heapless(void *p, hak_slab_t *s) {
+static HAK_NOINLINE void heap_free_heapless(void *p, slab_t *s) {
   uintptr_t owner = slab_owner(s), tag = block_free_tag(s);
-  hak_block_t *b = p;
-  if (hak_likely(owner > OWNER_CACHED && slab_is_carved_block(s, (uintptr_t)p) &&
-                 b->free_tag != tag && slab_user_heap(s) == NULL)) {
+  block_t *b = p;
+  if (HAK_LIKELY(owner > OWNER_CACHED && slab_is_carved_block(s, (uintptr_t)p) && b->free_tag != tag &&
+                 slab_user_heap(s) == NULL)) {
     heap_hint = owner;
     b->free_tag = tag;
     slab_remote_push_one(s, b);
@@ -76,16 +73,15 @@ static hak_noinline void heap_free_heapless(void *p, hak_slab_t *s) {
  * slab. Another thread's block, the common case of a cross-thread free, is checked and
  * chained in about as few instructions as the owner's free takes; every other case goes
  * to heap_free_slow. */
-void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
+void heap_free_other(void *p, slab_t *s, hak_heap_t *h) {
   uintptr_t a = (uintptr_t)p, owner = slab_owner(s), tag = block_free_tag(s);
-  hak_block_t *b = p;
-  if (hak_unlikely(h == &hak_heap_empty)) {
+  block_t *b = p;
+  if (HAK_UNLIKELY(h == &empty_heap)) {
     heap_free_heapless(p, s);
     return;
   }
-  if (hak_likely((owner > OWNER_CACHED || owner == OWNER_ABANDONED) &&
-                 (owner & ~SLAB_FULL) != (uintptr_t)h && slab_is_carved_block(s, a) &&
-                 b->free_tag != tag)) {
+  if (HAK_LIKELY((owner > OWNER_CACHED || owner == OWNER_ABANDONED) && (owner & ~SLAB_FULL) != (uintptr_t)h &&
+                 slab_is_carved_block(s, a) && b->free_tag != tag)) {
     b->free_tag = tag;
     heap_remote_batch(h, s, b);
     return;
@@ -100,23 +96,24 @@ void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h) {
  * taken yet, inaccessible in the hardened build). */
 _Noreturn void report_not_live(void *p, const char *fn) {
   uintptr_t a = (uintptr_t)p;
-  hak_region_t *r = region_of(a);
+  region_t *r = region_of(a);
   size_t unit = (a >> UNIT_SHIFT) & (UNITS_PER_REGION - 1);
-  const hak_slab_t *d = &r->slabs[unit];
+  const slab_t *d = &r->slabs[unit];
   bool was_large = d->class_idx == NUM_CLASSES && d->start == a;
   /* A freed block's tag names the descriptor of a slab that covered it: one of the
    * SLAB_MAX_UNITS descriptors up to its own unit's. (A freed large block is not read:
    * the hardened build guards it.) */
   bool readable = !HAKMEM_SECURE || bit_get(r->open_bits, unit); /* else never a block */
-  uintptr_t tag = (a & 15) == 0 && !was_large && readable ? ((const hak_block_t *)a)->free_tag ^ BLOCK_TAG_KEY : 0;
+  uintptr_t tag =
+      (a & 15) == 0 && !was_large && readable ? ((const block_t *)a)->free_tag ^ BLOCK_TAG_KEY : 0;
   uintptr_t lowest = (uintptr_t)&r->slabs[unit >= SLAB_MAX_UNITS ? unit - SLAB_MAX_UNITS + 1 : 0];
   bool tagged = tag >= lowest && tag <= (uintptr_t)d && (tag - lowest) % sizeof *d == 0;
-  hak_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);
+  error_fatal_pointer(was_large || tagged ? "double free" : "invalid pointer", fn, p);
 }
 
 /* The checks every free of a region pointer makes off the fast path. Returns the
  * slab's owner word, or OWNER_LARGE once a large block has been freed. */
-uintptr_t free_checked(void *p, hak_slab_t *s) {
+uintptr_t free_checked(void *p, slab_t *s) {
   uintptr_t a = (uintptr_t)p;
   uintptr_t owner = slab_owner(s);
   if (owner == OWNER_LARGE) {
@@ -125,29 +122,29 @@ uintptr_t free_checked(void *p, hak_slab_t *s) {
     return OWNER_LARGE;
   }
   if (owner == OWNER_NONE || owner == OWNER_CACHED) report_not_live(p, "free");
-  if (!slab_is_carved_block(s, a)) hak_fatal_pointer("invalid pointer", "free", p);
+  if (!slab_is_carved_block(s, a)) error_fatal_pointer("invalid pointer", "free", p);
   /* A block carries the tag only between free and the next malloc: a match is a double
    * free. (The owner cannot rule it out by walking its lists: the first free may sit in
    * another thread's pending remote chain.) */
-  if (((hak_block_t *)p)->free_tag == block_free_tag(s)) hak_fatal_pointer("double free", "free", p);
+  if (((block_t *)p)->free_tag == block_free_tag(s)) error_fatal_pointer("double free", "free", p);
   return owner;
 }
 
-void heap_free_slow(void *p, hak_slab_t *s) {
+void heap_free_slow(void *p, slab_t *s) {
   uintptr_t owner = free_checked(p, s);
   if (owner == OWNER_LARGE) return;
   if (owner == OWNER_PROF) { /* a sampled block: back to the profiler's pool */
     prof_free_block(p, s);
     return;
   }
-  hak_heap_t *h = hak_tls_heap;
-  hak_block_t *b = p;
+  hak_heap_t *h = tls_heap;
+  block_t *b = p;
   uintptr_t tag = block_free_tag(s);
-  if (h == &hak_heap_empty && owner > OWNER_CACHED) heap_hint = owner;
+  if (h == &empty_heap && owner > OWNER_CACHED) heap_hint = owner;
   bool mine = (owner & ~SLAB_FULL) == (uintptr_t)h;
   if (!mine) {
     b->free_tag = tag;
-    if (h != &hak_heap_empty) heap_remote_batch(h, s, b);
+    if (h != &empty_heap) heap_remote_batch(h, s, b);
     else remote_push_one(s, b);
     return;
   }
@@ -155,7 +152,7 @@ void heap_free_slow(void *p, hak_slab_t *s) {
   /* Onto the list malloc pops, as the fast path does: a block on local_free would cost
    * the slab's next turn as head one more refill. The hardened build's frees all go to
    * local_free. */
-  hak_block_t **list = HAKMEM_SECURE ? &s->local_free : &s->free;
+  block_t **list = HAKMEM_SECURE ? &s->local_free : &s->free;
   /* A full slab moves lists: locked before its count drops, or heap_reclaim_idle
    * could take it off the full list first. */
   bool full = owner & SLAB_FULL;

@@ -14,11 +14,11 @@
 #define PRE_CARVE_SCAN_LIMIT 2
 
 /* A full slab of ours that other threads have freed into, taken off the full list. */
-static hak_noinline hak_slab_t *heap_reclaim_full_scan(hak_heap_t *h, uint32_t c, int limit) {
-  hak_slab_queue_t *full = &h->full[c];
-  hak_slab_t *s = full->head;
+static HAK_NOINLINE slab_t *heap_reclaim_full_scan(hak_heap_t *h, uint32_t c, int limit) {
+  slab_queue_t *full = &h->full[c];
+  slab_t *s = full->head;
   for (int i = 0; s != NULL && i < limit; i++) {
-    hak_slab_t *next = s->next;
+    slab_t *next = s->next;
     if (slab_has_remote(s)) {
       slab_collect(s);
       if (s->free != NULL) { /* (a count alone may arrive after its blocks were taken) */
@@ -35,9 +35,8 @@ static hak_noinline hak_slab_t *heap_reclaim_full_scan(hak_heap_t *h, uint32_t c
   return NULL;
 }
 
-hak_inline hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
-  if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed) || h->full[c].head == NULL)
-    return NULL;
+HAK_INLINE slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
+  if (!atomic_load_explicit(&slab_remote_seen, memory_order_relaxed) || h->full[c].head == NULL) return NULL;
   return heap_reclaim_full_scan(h, c, limit);
 }
 
@@ -53,8 +52,8 @@ hak_inline hak_slab_t *heap_reclaim_full(hak_heap_t *h, uint32_t c, int limit) {
  * warm slabs instead of pulling cold blocks from the rest of the queue. Otherwise the
  * fullest of them, to let the others empty. */
 #define REUSE_SCAN_LIMIT 8
-static hak_slab_t *queue_next_head(hak_slab_t *s) {
-  hak_slab_t *best = NULL;
+static slab_t *queue_next_head(slab_t *s) {
+  slab_t *best = NULL;
   uint32_t enough = 2 * class_carve[s->class_idx];
   if (enough < 8 && s->reserved >= 16) enough = 8;
   s = s->next;
@@ -66,9 +65,9 @@ static hak_slab_t *queue_next_head(hak_slab_t *s) {
   return best;
 }
 
-static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
+static slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
   /* 1. A full slab of ours that other threads have freed into. */
-  hak_slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
+  slab_t *s = heap_reclaim_full(h, c, FULL_SCAN_LIMIT);
   if (s != NULL) return s;
   /* 2. A span from our cache; 3. an abandoned slab of this class (a thread heap only:
    * one holds other heaps' live blocks, which destroying a user heap would free); 4. a
@@ -80,7 +79,8 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
     slab_init(s, c, heap_owner_word(h));
   } else {
     /* Near a memory limit, the cached spans go back before a new one is taken. */
-    if (h->spans.count && limit_near((size_t)class_units[c] * UNIT_SIZE)) span_cache_flush(h, os_now_ms(), -1);
+    if (h->spans.count && limit_near((size_t)class_units[c] * UNIT_SIZE))
+      span_cache_flush(h, os_now_ms(), -1);
     pthread_mutex_lock(&region_lock);
     s = user ? NULL : heap_adopt_locked(h, c);
     if (s == NULL) {
@@ -101,9 +101,9 @@ static hak_slab_t *heap_new_slab(hak_heap_t *h, uint32_t c) {
 
 /* The refill path: the current slab of class c has nothing on its free list. Returns
  * the new head with blocks listed, or NULL. Caller holds h->lock. */
-static hak_slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
-  hak_slab_queue_t *q = &h->queue[c];
-  hak_slab_t *s;
+static slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
+  slab_queue_t *q = &h->queue[c];
+  slab_t *s;
   for (;;) {
     s = q->head;
     if (s == NULL) {
@@ -116,7 +116,7 @@ static hak_slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
     slab_collect(s);
     if (s->free) break;
     /* Blocks other threads gave back come before carving new memory. */
-    hak_slab_t *back = heap_reclaim_full(h, c, PRE_CARVE_SCAN_LIMIT);
+    slab_t *back = heap_reclaim_full(h, c, PRE_CARVE_SCAN_LIMIT);
     if (back != NULL) {
       queue_push_front(q, back);
       s = back;
@@ -126,7 +126,7 @@ static hak_slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
      * and the old head, with its uncarved room, comes right after it, where the next
      * switch looks first. Carving first would let every slab of the class hold free
      * blocks while the head writes new pages. */
-    hak_slab_t *other = queue_next_head(s);
+    slab_t *other = queue_next_head(s);
     if (other != NULL) {
       slab_collect(other);
       if (other->free != NULL) {
@@ -151,10 +151,10 @@ static hak_slab_t *heap_refill_locked(hak_heap_t *h, uint32_t c) {
 
 void *heap_alloc_class(hak_heap_t *h, uint32_t c) {
   pthread_mutex_lock(&h->lock);
-  hak_slab_t *s = heap_refill_locked(h, c);
+  slab_t *s = heap_refill_locked(h, c);
   pthread_mutex_unlock(&h->lock);
   /* Refused at the hard limit: what heaps hold goes back, and one more try. */
-  if (hak_unlikely(s == NULL) && limit_give_back((size_t)class_units[c] * UNIT_SIZE, true)) {
+  if (HAK_UNLIKELY(s == NULL) && limit_give_back((size_t)class_units[c] * UNIT_SIZE, true)) {
     pthread_mutex_lock(&h->lock);
     s = heap_refill_locked(h, c);
     pthread_mutex_unlock(&h->lock);
@@ -184,7 +184,7 @@ static void *heap_malloc_generic(size_t n);
  * only the owner changes a head's lists; idle reclaim never takes a head; and the
  * purge thread's trim touches heads only while the owner sleeps in the kernel, which
  * this path never does. Returns s with blocks listed, or NULL. */
-static hak_slab_t *heap_head_collect(hak_slab_t *s) {
+static slab_t *heap_head_collect(slab_t *s) {
   if (!slab_has_remote(s)) return NULL;
   slab_collect_slow(s);
   return s->free != NULL ? s : NULL;
@@ -197,7 +197,7 @@ static hak_slab_t *heap_head_collect(hak_slab_t *s) {
  * blocks, and for blocks of a page or more at every one or two. Only the owner changes
  * a user heap's lists (idle reclaim leaves user heaps alone), so they are read here
  * without the lock. */
-static hak_slab_t *heap_carve_head(hak_heap_t *h, hak_slab_t *s) {
+static slab_t *heap_carve_head(hak_heap_t *h, slab_t *s) {
   if (h->kind != HEAP_KIND_USER || s->capacity >= s->reserved || slab_has_remote(s) ||
       (HAKMEM_SECURE && s->local_free != NULL))
     return NULL;
@@ -209,20 +209,19 @@ static hak_slab_t *heap_carve_head(hak_heap_t *h, hak_slab_t *s) {
 }
 
 void *heap_malloc_slow(size_t n) {
-  hak_heap_t *h = hak_tls_alloc;
-  hak_slab_t *s;
+  hak_heap_t *h = tls_alloc;
+  slab_t *s;
   /* Every size the fast path did not count: the profiler's countdown (prof.c). A
    * thread's first allocation takes its heap here, so that it is counted too. */
-  if (hak_unlikely(h == &hak_heap_empty) && (h = heap_get()) == NULL) {
+  if (HAK_UNLIKELY(h == &empty_heap) && (h = heap_get()) == NULL) {
     errno = ENOMEM;
     return NULL;
   }
-  if (n < (size_t)PTRDIFF_MAX &&
-      hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
+  if (n < (size_t)PTRDIFF_MAX && HAK_UNLIKELY((h->prof_left -= (int64_t)n) < 0)) {
     void *p = prof_sample(h, n, 0, false);
     if (p != NULL) return p;
   }
-  if (hak_likely(n <= TINY_MAX)) {
+  if (HAK_LIKELY(n <= TINY_MAX)) {
     s = h->direct[(n + 15) >> 4];
   } else if (n <= MID_MAX) { /* mid sizes: the fast path, one level out */
     return heap_alloc_class_refill(size_to_class(n));
@@ -233,47 +232,47 @@ void *heap_malloc_slow(size_t n) {
   if (s->free != NULL) return slab_pop(s, s->free);
   /* The hardened build's refill: the owner's slow-path frees become the allocation
    * list. (The default build never fills local_free.) */
-  hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
+  block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
   if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
     s->local_free = NULL;
     return slab_pop(s, b);
   }
   if (heap_head_collect(s) != NULL) return slab_pop(s, s->free);
-  if (s != &hak_slab_empty && heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
+  if (s != &empty_slab && heap_carve_head(h, s) != NULL) return slab_pop(s, s->free);
   return heap_malloc_generic(n);
 }
 
 /* The heap malloc allocates from, the thread's own made first if need be; NULL when
  * there is no memory for one. */
 static hak_heap_t *heap_alloc_get(void) {
-  hak_heap_t *h = hak_tls_alloc;
-  if (hak_likely(h != &hak_heap_empty)) return h;
+  hak_heap_t *h = tls_alloc;
+  if (HAK_LIKELY(h != &empty_heap)) return h;
   if (heap_get() == NULL) return NULL;
-  return hak_tls_alloc;
+  return tls_alloc;
 }
 
 /* Deferred work for the heap allocated from and, when that is a user heap, for the
  * thread's own, whose remote chains hold the thread's frees into other heaps. */
 static void heap_alloc_deferred(hak_heap_t *h) {
   heap_deferred_if_due(h);
-  hak_heap_t *home = hak_tls_heap;
+  hak_heap_t *home = tls_heap;
   /* (h is a user heap; once both have run, they fall due together: one clock read) */
-  if (hak_unlikely(h != home) && home->next_deferred_ms < h->next_deferred_ms) heap_deferred_if_due(home);
+  if (HAK_UNLIKELY(h != home) && home->next_deferred_ms < h->next_deferred_ms) heap_deferred_if_due(home);
 }
 
-static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_slab_t *s);
+static HAK_NOINLINE void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, slab_t *s);
 
 /* Small enough to inline into malloc's slow path: mid sizes pop their head here. */
 void *heap_alloc_class_refill(uint32_t c) {
-  hak_heap_t *h = hak_tls_alloc;
-  hak_slab_t *s = h->queue[c].head; /* NULL in the empty heap */
-  if (hak_likely(s != NULL && s->free != NULL)) return slab_pop(s, s->free);
+  hak_heap_t *h = tls_alloc;
+  slab_t *s = h->queue[c].head; /* NULL in the empty heap */
+  if (HAK_LIKELY(s != NULL && s->free != NULL)) return slab_pop(s, s->free);
   return heap_alloc_class_miss(h, c, s);
 }
 
-static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_slab_t *s) {
+static HAK_NOINLINE void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, slab_t *s) {
   if (s != NULL) {
-    hak_block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
+    block_t *b = HAKMEM_SECURE ? s->local_free : NULL;
     if (b != NULL && (++h->slow_calls % SWAP_CHECK_EVERY) != 0) {
       s->local_free = NULL;
       return slab_pop(s, b);
@@ -288,14 +287,14 @@ static hak_noinline void *heap_alloc_class_miss(hak_heap_t *h, uint32_t c, hak_s
   return heap_alloc_class(h, c);
 }
 
-static hak_noinline void *heap_malloc_generic(size_t n) {
+static HAK_NOINLINE void *heap_malloc_generic(size_t n) {
   if (n == 0) return zero_alloc(); /* direct slot 0 is never a class head */
   hak_heap_t *h = heap_alloc_get();
-  if (hak_unlikely(h == NULL)) {
+  if (HAK_UNLIKELY(h == NULL)) {
     errno = ENOMEM;
     return NULL;
   }
-  if (hak_unlikely(n >= (size_t)PTRDIFF_MAX)) {
+  if (HAK_UNLIKELY(n >= (size_t)PTRDIFF_MAX)) {
     errno = ENOMEM;
     return NULL;
   }
@@ -307,15 +306,15 @@ static hak_noinline void *heap_malloc_generic(size_t n) {
 }
 
 void *heap_malloc_tick(void *b) {
-  hak_heap_t *h = hak_tls_alloc;
-  if (hak_unlikely(h != hak_tls_heap)) return heap_malloc_tick_in(h, b);
+  hak_heap_t *h = tls_alloc;
+  if (HAK_UNLIKELY(h != tls_heap)) return heap_malloc_tick_in(h, b);
   heap_deferred_if_due(h);
   return b;
 }
 
 /* The same for a block popped from user heap h's slab through hak_heap_malloc, which
  * need not be the heap malloc allocates from. */
-hak_noinline void *heap_malloc_tick_in(hak_heap_t *h, void *b) {
+HAK_NOINLINE void *heap_malloc_tick_in(hak_heap_t *h, void *b) {
   heap_alloc_deferred(h);
   return b;
 }

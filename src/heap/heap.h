@@ -12,25 +12,25 @@
 /* ---- heap_queue.c: a heap's class queues and their pinned heads ------------------ */
 
 /* Drops the pin of class c (before the heap gives its slabs away). */
-hak_inline void heap_unpin(hak_heap_t *h, uint32_t c) {
+HAK_INLINE void heap_unpin(hak_heap_t *h, uint32_t c) {
   if (h->pinned[c]) h->pinned[c]->used--;
   h->pinned[c] = NULL;
 }
 void heap_head_changed(hak_heap_t *h, uint32_t c); /* after anything that may move a head */
-void heap_release_slab(hak_heap_t *h, hak_slab_t *s); /* an empty slab leaves the heap */
-void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s); /* its last block came back (h: the
+void heap_release_slab(hak_heap_t *h, slab_t *s);  /* an empty slab leaves the heap */
+void heap_slab_emptied(hak_heap_t *h, slab_t *s);  /* its last block came back (h: the
                                                          thread's heap; s may be a user heap's) */
 /* The value h's slabs' owner words hold (see hak_heap_t.owner_id). */
-hak_inline uintptr_t heap_owner_word(const hak_heap_t *h) { return h->owner_id; }
+HAK_INLINE uintptr_t heap_owner_word(const hak_heap_t *h) { return h->owner_id; }
 
 /* ---- remote.c: frees into other threads' slabs, batched ------------------------ */
-void remote_chain_flush(hak_heap_t *h, struct hak_remote_chain *rc);
-void remote_chain_start(hak_heap_t *h, struct hak_remote_chain *rc, hak_slab_t *s, hak_block_t *b);
-void remote_push_one(hak_slab_t *s, hak_block_t *b); /* a thread without a heap frees b */
-void heap_remote_flush(hak_heap_t *h); /* push every pending chain */
-hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) {
-  struct hak_remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
-  if (hak_unlikely(rc->slab != s)) {
+void remote_chain_flush(hak_heap_t *h, struct remote_chain *rc);
+void remote_chain_start(hak_heap_t *h, struct remote_chain *rc, slab_t *s, block_t *b);
+void remote_push_one(slab_t *s, block_t *b); /* a thread without a heap frees b */
+void heap_remote_flush(hak_heap_t *h);       /* push every pending chain */
+HAK_INLINE void heap_remote_batch(hak_heap_t *h, slab_t *s, block_t *b) {
+  struct remote_chain *rc = &h->remote[((uintptr_t)s >> 7) % REMOTE_CHAINS];
+  if (HAK_UNLIKELY(rc->slab != s)) {
     /* Until a first chain, deferred work has none to look for (deferred.c). */
     slab_note_remote();
     remote_chain_start(h, rc, s, b);
@@ -44,16 +44,16 @@ hak_inline void heap_remote_batch(hak_heap_t *h, hak_slab_t *s, hak_block_t *b) 
 /* ---- heap_lifecycle.c: heaps as objects, thread exit, abandoned slabs ------------ */
 extern pthread_mutex_t heaps_lock;
 extern hak_heap_t *heaps_all;
-extern hak_slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
+extern slab_queue_t heap_abandoned[NUM_CLASSES]; /* under region_lock */
 /* The owner word (a heap, SLAB_FULL perhaps or'ed in) of the last block this thread freed
  * before it had a heap of its own; 0 if none. */
 extern __thread uintptr_t heap_hint __attribute__((tls_model("initial-exec")));
-hak_heap_t *heap_get(void); /* this thread's heap: taken over, or new */
-hak_heap_t *heap_struct_alloc(void); /* cleared, on the list of all heaps */
-void heap_struct_free(hak_heap_t *h); /* off the list, back to the pool */
-void heap_unlist_locked(hak_heap_t *h); /* off the list of all heaps (idempotent) */
-void heap_mark_main(hak_heap_t *h); /* the main thread's heap: never waited for */
-hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
+hak_heap_t *heap_get(void);                           /* this thread's heap: taken over, or new */
+hak_heap_t *heap_struct_alloc(void);                  /* cleared, on the list of all heaps */
+void heap_struct_free(hak_heap_t *h);                 /* off the list, back to the pool */
+void heap_unlist_locked(hak_heap_t *h);               /* off the list of all heaps (idempotent) */
+void heap_mark_main(hak_heap_t *h);                   /* the main thread's heap: never waited for */
+slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c); /* an abandoned slab, or NULL */
 void heap_sweep_abandoned_locked(uint64_t now, bool all);
 size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, bool all);
 void heap_dissolve_parked(uint64_t now, bool all);
@@ -61,14 +61,14 @@ void heap_abandon(hak_heap_t *h); /* thread exit */
 void heap_atfork_child(void);
 
 /* ---- deferred.c: a heap's periodic work, and trimming --------------------------- */
-void heap_deferred_if_due(hak_heap_t *h); /* on a path slow enough to read the clock */
+void heap_deferred_if_due(hak_heap_t *h);             /* on a path slow enough to read the clock */
 size_t heap_collect(hak_heap_t *h, bool release_all); /* trim: returns bytes given back */
 void heap_limit_reclaim(void); /* limit.c's limit_reclaim: heap_collect of this thread's heap */
 /* The purge thread's work on an idle heap (h->lock held): old cached
  * spans go, pending chains are pushed and heads with no block out uncarved, if the owner
  * is provably asleep; returns the uncarved slabs (in *uncarved, at most NUM_CLASSES),
  * whose pages the caller purges before it lets go of h->lock. */
-size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, hak_slab_t **uncarved);
+size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, slab_t **uncarved);
 
 /* ---- purge_thread.c: memory goes back when the program goes quiet -------------- */
 void purge_thread_poke(void); /* from a slow path with no lock held: start it if wanted */
@@ -86,23 +86,23 @@ void *heap_alloc_class_refill(uint32_t c);
 void *heap_alloc_class(hak_heap_t *h, uint32_t c);
 
 /* ---- free.c: free() past the fast path, and every bad-pointer report ------------- */
-void heap_free_other(void *p, hak_slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
-void heap_free_slow(void *p, hak_slab_t *s);
+void heap_free_other(void *p, slab_t *s, hak_heap_t *h); /* fast free's miss: h's */
+void heap_free_slow(void *p, slab_t *s);
 void free_unmapped(void *p); /* a pointer the slab map has no slab for */
 void free_outside_regions(void *p, const char *fn);
-uintptr_t free_checked(void *p, hak_slab_t *s); /* OWNER_LARGE: it was large, and is freed */
-hak_slab_t *region_block_checked(void *p, const char *fn); /* aborts if not a live block */
+uintptr_t free_checked(void *p, slab_t *s);            /* OWNER_LARGE: it was large, and is freed */
+slab_t *region_block_checked(void *p, const char *fn); /* aborts if not a live block */
 _Noreturn void report_not_live(void *p, const char *fn);
 
 /* One reference goes up from this layer: the first allocation of a process runs its
  * set-up (heap_get, before any constructor may have run), in api/init.c. */
-void hak_process_init(void);
-extern pthread_key_t hak_thread_key;
-extern bool hak_key_ready;
+void init_process(void);
+extern pthread_key_t thread_key;
+extern bool thread_key_ready;
 
 /* ---- heap_user.c: user heaps made, destroyed, released; thread exit; fork -------- */
 extern __thread hak_heap_t *heap_tls_last __attribute__((tls_model("initial-exec")));
-hak_heap_t *heap_user_new(void); /* NULL when out of memory */
+hak_heap_t *heap_user_new(void);       /* NULL when out of memory */
 void heap_user_destroy(hak_heap_t *u); /* u checked: the caller's live user heap */
 void heap_user_release(hak_heap_t *u);
 void heap_user_sweep(void); /* finish retired heaps no longer referenced */
@@ -111,8 +111,7 @@ void heap_user_atfork_child(void); /* after heap_atfork_child */
 /* A user heap's block leaving a quarantine that held a reference on the heap (user):
  * pushed to another thread's slab, or dropped with a destroyed heap (true); false: the
  * caller frees it as its owner. */
-bool heap_user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *user);
-
+bool heap_user_block_release(void *p, slab_t *s, hak_heap_t *h, hak_heap_t *user);
 
 /* ---- prof_table.c and prof.c: the sampling heap profiler (docs/profiling.md) -------
  *
@@ -136,25 +135,25 @@ bool heap_user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *
 typedef struct prof_counts {
   size_t stacks_used, live_used;
   uint64_t samples, stacks_dropped, live_dropped;
-  double inuse;                 /* estimated live bytes */
-  _Atomic uint64_t inuse_est;   /* the same, read without the lock */
+  double inuse;               /* estimated live bytes */
+  _Atomic uint64_t inuse_est; /* the same, read without the lock */
 } prof_counts_t;
 extern pthread_mutex_t prof_lock;
 extern prof_counts_t prof_counts;
 extern prof_stack_t *prof_stacks;
-extern uint32_t *prof_stack_order; /* prof_counts.stacks_used indexes of used slots */
-extern _Atomic size_t prof_live_big;  /* sampled large/huge blocks live: free looks them up */
-bool prof_tables_init(void);          /* maps the tables once; false if it cannot */
-size_t prof_table_bytes(void);        /* what they map */
+extern uint32_t *prof_stack_order;   /* prof_counts.stacks_used indexes of used slots */
+extern _Atomic size_t prof_live_big; /* sampled large/huge blocks live: free looks them up */
+bool prof_tables_init(void);         /* maps the tables once; false if it cannot */
+size_t prof_table_bytes(void);       /* what they map */
 /* A block of class c from the pool, recorded; NULL if out of memory. */
 void *prof_record_small(uint32_t c, size_t n, double scale, const uintptr_t *frames, uint32_t depth);
 void prof_record_big(void *p, size_t n, double scale, const uintptr_t *frames, uint32_t depth);
 /* Every stack as a sample (out: PROF_STACK_SLOTS entries); returns how many. */
 size_t prof_snapshot(prof_sample_t *out);
-void prof_free_block(void *p, hak_slab_t *s); /* a free of a block in a pool slab */
-void prof_forget(void *p); /* a large or huge block is freed: drop it if sampled */
-hak_inline void prof_free_large(void *p) {
-  if (hak_unlikely(atomic_load_explicit(&prof_live_big, memory_order_relaxed) != 0)) prof_forget(p);
+void prof_free_block(void *p, slab_t *s); /* a free of a block in a pool slab */
+void prof_forget(void *p);                /* a large or huge block is freed: drop it if sampled */
+HAK_INLINE void prof_free_large(void *p) {
+  if (HAK_UNLIKELY(atomic_load_explicit(&prof_live_big, memory_order_relaxed) != 0)) prof_forget(p);
 }
 
 /* ---- prof.c ------------------------------------------------------------------- */
@@ -165,7 +164,7 @@ void *prof_sample_on(hak_heap_t *h, size_t n, size_t align, bool zero);
  * malloc's 16; zeroed if zero): resets it and returns the sampled block, or NULL.
  * Inline, as is the next, so that a program not profiling never runs prof.c's code,
  * which the link puts with the cold code (CMakeLists.txt). */
-hak_inline void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
+HAK_INLINE void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
   if (HAKMEM_SECURE || !atomic_load_explicit(&prof_on, memory_order_relaxed)) {
     h->prof_left = INT64_MAX;
     return NULL;
@@ -173,9 +172,9 @@ hak_inline void *prof_sample(hak_heap_t *h, size_t n, size_t align, bool zero) {
   return prof_sample_on(h, n, align, zero);
 }
 /* large_alloc, counted and sampled like any other allocation. */
-hak_inline void *prof_large_alloc(size_t n, size_t align, unsigned flags) { /* LARGE_ZERO... */
-  hak_heap_t *h = hak_tls_heap;
-  if (h != &hak_heap_empty && hak_unlikely((h->prof_left -= (int64_t)n) < 0)) {
+HAK_INLINE void *prof_large_alloc(size_t n, size_t align, unsigned flags) { /* LARGE_ZERO... */
+  hak_heap_t *h = tls_heap;
+  if (h != &empty_heap && HAK_UNLIKELY((h->prof_left -= (int64_t)n) < 0)) {
     void *p = prof_sample(h, n, align, flags & LARGE_ZERO);
     if (p != NULL) return p;
   }
@@ -184,19 +183,17 @@ hak_inline void *prof_large_alloc(size_t n, size_t align, unsigned flags) { /* L
 void prof_init(void); /* from the constructor, with HAKMEM_PROF=1 */
 void prof_exit(void); /* from the destructor: the exit profile and the leak report */
 
-
-/* ---- heap.c: a tick of the malloc count (see hak_slab_t.used_ticks) -------------- */
+/* ---- heap.c: a tick of the malloc count (see slab_t.used_ticks) -------------- */
 /* Every 256th malloc from a slab: deferred work if due; returns b (never NULL, which
  * lets callers that check for NULL after a pop skip the check on this path). */
 __attribute__((returns_nonnull)) void *heap_malloc_tick(void *b);
 __attribute__((returns_nonnull)) void *heap_malloc_tick_in(struct hak_heap *h, void *b);
-hak_inline void *slab_pop(hak_slab_t *s, hak_block_t *b) {
+HAK_INLINE void *slab_pop(slab_t *s, block_t *b) {
   bool wrapped;
   b = slab_pop_counted(s, b, &wrapped);
-  if (hak_unlikely(wrapped)) return heap_malloc_tick(b);
+  if (HAK_UNLIKELY(wrapped)) return heap_malloc_tick(b);
   return b;
 }
-
 
 #pragma GCC visibility pop
 

@@ -19,7 +19,7 @@ static hak_heap_t *heaps_pool;
 /* Slabs whose owner exited while blocks were live, per class; under region_lock. Bit c
  * of heap_abandoned_classes is set while class c's list may be non-empty (cleared by
  * the sweep), so a program whose threads never exit sweeps nothing. */
-hak_slab_queue_t heap_abandoned[NUM_CLASSES];
+slab_queue_t heap_abandoned[NUM_CLASSES];
 static uint64_t heap_abandoned_classes;
 
 /* ---- heap life cycle ---------------------------------------------------------------- */
@@ -98,7 +98,7 @@ static hak_heap_t *parked_pop_oldest(void) { return parked_unlink(NULL, heaps_pa
  * (exit then gives empty slabs back at once), the oldest parked one when there are too
  * many, or NULL. */
 static hak_heap_t *heap_park(hak_heap_t *h, uint64_t now) {
-  if (hak_opt.purge_delay_ms == 0) return h;
+  if (opt.purge_delay_ms == 0) return h;
   pthread_mutex_lock(&heaps_lock);
   h->parked_ms = now;
   h->hint_wait_failed = false; /* its owner did exit: worth waiting for again */
@@ -161,8 +161,8 @@ static hak_heap_t *parked_wait_for(hak_heap_t *want) {
     pthread_mutex_lock(&heaps_lock);
     h = parked_take(want);
   }
-  while (h == NULL && pthread_cond_clockwait(&heaps_parked_cond, &heaps_lock, CLOCK_MONOTONIC,
-                                             &deadline) == 0)
+  while (h == NULL &&
+         pthread_cond_clockwait(&heaps_parked_cond, &heaps_lock, CLOCK_MONOTONIC, &deadline) == 0)
     h = parked_take(want);
   if (h == NULL) h = parked_take(want); /* parked right at the deadline */
   heaps_park_waiters--;
@@ -192,36 +192,36 @@ static hak_heap_t *heap_take_parked(void) {
   if (want != NULL) {
     h = parked_take(want);
     /* With purge delay 0 exiting heaps are dissolved, never parked. */
-    if (h == NULL && !want->hint_wait_failed && hak_opt.purge_delay_ms != 0 &&
+    if (h == NULL && !want->hint_wait_failed && opt.purge_delay_ms != 0 &&
         (hint_wait_score >= 64 || ++hint_wait_skipped % HINT_WAIT_PROBE == 0)) {
       h = parked_wait_for(want);
       want->hint_wait_failed = h == NULL;
       if (h != NULL) hint_wait_score += (256 - hint_wait_score) / 8;
       else hint_wait_score -= hint_wait_score / 8;
-      atomic_fetch_add_explicit(&hak_gstats.heap_waits, 1, memory_order_relaxed);
-      if (h == NULL) atomic_fetch_add_explicit(&hak_gstats.heap_waits_in_vain, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&gstats.heap_waits, 1, memory_order_relaxed);
+      if (h == NULL) atomic_fetch_add_explicit(&gstats.heap_waits_in_vain, 1, memory_order_relaxed);
     }
   }
   bool hinted = h != NULL;
   if (h == NULL && heaps_parked != NULL) h = parked_pop_oldest();
   pthread_mutex_unlock(&heaps_lock);
-  if (h != NULL) atomic_fetch_add_explicit(&hak_gstats.heaps_taken_over, 1, memory_order_relaxed);
-  if (hinted) atomic_fetch_add_explicit(&hak_gstats.heaps_taken_by_free, 1, memory_order_relaxed);
+  if (h != NULL) atomic_fetch_add_explicit(&gstats.heaps_taken_over, 1, memory_order_relaxed);
+  if (hinted) atomic_fetch_add_explicit(&gstats.heaps_taken_by_free, 1, memory_order_relaxed);
   return h;
 }
 
 hak_heap_t *heap_get(void) {
-  hak_heap_t *h = hak_tls_heap;
-  if (hak_likely(h != &hak_heap_empty)) return h;
-  hak_process_init();
-  h = hak_tls_heap; /* initialisation may have allocated, and so made the heap */
-  if (h != &hak_heap_empty) return h;
+  hak_heap_t *h = tls_heap;
+  if (HAK_LIKELY(h != &empty_heap)) return h;
+  init_process();
+  h = tls_heap; /* initialisation may have allocated, and so made the heap */
+  if (h != &empty_heap) return h;
   h = heap_take_parked();
   if (h == NULL) {
     h = heap_struct_alloc();
     if (h == NULL) return NULL;
-    for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) h->direct[i] = &hak_slab_empty;
-    atomic_fetch_add_explicit(&hak_gstats.heaps_created, 1, memory_order_relaxed);
+    for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) h->direct[i] = &empty_slab;
+    atomic_fetch_add_explicit(&gstats.heaps_created, 1, memory_order_relaxed);
   } else {
     /* A heap taken over: the purge thread may be trimming it (it holds the heap's lock
      * for that, and saw no owner); wait for it before using the heap. */
@@ -229,29 +229,28 @@ hak_heap_t *heap_get(void) {
     pthread_mutex_unlock(&h->lock);
   }
   __atomic_store_n(&h->tid, os_thread_id(), __ATOMIC_RELAXED);
-  hak_tls_heap = hak_tls_alloc = h;
-  atomic_fetch_add_explicit(&hak_gstats.threads_started, 1, memory_order_relaxed);
+  tls_heap = tls_alloc = h;
+  atomic_fetch_add_explicit(&gstats.threads_started, 1, memory_order_relaxed);
   /* Registers the thread-exit hook; may itself allocate, which now finds the heap. */
-  if (hak_key_ready) pthread_setspecific(hak_thread_key, h);
+  if (thread_key_ready) pthread_setspecific(thread_key, h);
   return h;
 }
-
 
 /* Looks at up to ABANDONED_SCAN_LIMIT abandoned slabs of class c: the first with room
  * becomes h's — an empty one too, so that a new thread takes over the blocks an exited
  * one carved rather than carving a span of another class's pages again. Caller holds
  * region_lock. */
 #define ABANDONED_SCAN_LIMIT 16
-hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c) {
-  hak_slab_t *s = heap_abandoned[c].head;
+slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c) {
+  slab_t *s = heap_abandoned[c].head;
   for (int i = 0; s != NULL && i < ABANDONED_SCAN_LIMIT; i++) {
-    hak_slab_t *next = s->next;
+    slab_t *next = s->next;
     slab_collect(s);
     if (s->free != NULL || s->capacity < s->reserved) {
       queue_remove(&heap_abandoned[c], s);
       s->aux = 0;
       __atomic_store_n(&s->owner, (uintptr_t)h, __ATOMIC_RELEASE);
-      atomic_fetch_add_explicit(&hak_gstats.slabs_adopted, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&gstats.slabs_adopted, 1, memory_order_relaxed);
       return s;
     }
     s = next;
@@ -265,12 +264,12 @@ hak_slab_t *heap_adopt_locked(hak_heap_t *h, uint32_t c) {
 void heap_sweep_abandoned_locked(uint64_t now, bool all) {
   for (uint64_t classes = heap_abandoned_classes; classes != 0; classes &= classes - 1) {
     uint32_t c = (uint32_t)__builtin_ctzll(classes);
-    hak_slab_t *s = heap_abandoned[c].head;
+    slab_t *s = heap_abandoned[c].head;
     if (s == NULL) heap_abandoned_classes &= ~((uint64_t)1 << c);
     while (s != NULL) {
-      hak_slab_t *next = s->next;
+      slab_t *next = s->next;
       if (slab_has_remote(s)) slab_collect(s);
-      if (s->used == 0 && (all || now - s->aux >= (uint64_t)hak_opt.purge_delay_ms)) {
+      if (s->used == 0 && (all || now - s->aux >= (uint64_t)opt.purge_delay_ms)) {
         queue_remove(&heap_abandoned[c], s);
         span_free(s, now);
       }
@@ -297,7 +296,7 @@ void heap_sweep_abandoned_locked(uint64_t now, bool all) {
  * The owner's last free into such a slab may still be in flight when the thief looks.
  * That is why every free stores the list before the count: on x86 the stores become
  * visible in that order, so the count seen means the free is done. */
-static bool slab_all_remote(const hak_slab_t *s) {
+static bool slab_all_remote(const slab_t *s) {
   uintptr_t word = atomic_load_explicit(&s->remote, memory_order_acquire);
   uint32_t waiting = (uint32_t)(word >> REMOTE_COUNT_SHIFT);
   return waiting != 0 && __atomic_load_n(&s->used, __ATOMIC_ACQUIRE) == waiting;
@@ -305,14 +304,14 @@ static bool slab_all_remote(const hak_slab_t *s) {
 
 /* Takes h's slabs whose blocks all came back, chaining them on *out. Caller holds
  * h->lock. */
-static void heap_take_remote_freed(hak_heap_t *h, hak_slab_t **out) {
+static void heap_take_remote_freed(hak_heap_t *h, slab_t **out) {
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    hak_slab_queue_t *lists[2] = {&h->queue[c], &h->full[c]};
+    slab_queue_t *lists[2] = {&h->queue[c], &h->full[c]};
     for (int l = 0; l < 2; l++) {
-      hak_slab_t *s = lists[l]->head;
+      slab_t *s = lists[l]->head;
       if (l == 0 && s != NULL) s = s->next; /* the head is the fast path's */
       while (s != NULL) {
-        hak_slab_t *next = s->next;
+        slab_t *next = s->next;
         if (slab_all_remote(s)) {
           slab_collect(s);
           HAK_ASSERT(s->used == 0);
@@ -337,7 +336,7 @@ size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, boo
   if (now - freed_since > half) freed_since = now - half;
   if (pthread_mutex_trylock(&heaps_lock) != 0) return 0;
   uint64_t idle_ms = purge_period_ms();
-  hak_slab_t *taken = NULL;
+  slab_t *taken = NULL;
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next) {
     /* (A user heap gives its memory back when it is destroyed.) */
     if (h == self || h->kind == HEAP_KIND_USER || pthread_mutex_trylock(&h->lock) != 0) continue;
@@ -348,7 +347,7 @@ size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, boo
   if (taken != NULL) {
     pthread_mutex_lock(&region_lock);
     while (taken != NULL) {
-      hak_slab_t *s = taken;
+      slab_t *s = taken;
       taken = s->next;
       s->next = NULL;
       released += (size_t)s->units * UNIT_SIZE;
@@ -356,7 +355,7 @@ size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, boo
       span_free_since(s, freed_since, now);
     }
     pthread_mutex_unlock(&region_lock);
-    atomic_fetch_add_explicit(&hak_gstats.slabs_reclaimed_idle, count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.slabs_reclaimed_idle, count, memory_order_relaxed);
   }
   pthread_mutex_unlock(&heaps_lock);
   return released;
@@ -368,13 +367,13 @@ size_t heap_reclaim_idle(hak_heap_t *self, uint64_t now, uint64_t last_look, boo
 static void heap_release_all_locked(hak_heap_t *h, uint64_t now) {
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     heap_unpin(h, c);
-    hak_slab_queue_t *lists[2] = {&h->queue[c], &h->full[c]};
+    slab_queue_t *lists[2] = {&h->queue[c], &h->full[c]};
     for (int l = 0; l < 2; l++) {
-      hak_slab_t *s;
+      slab_t *s;
       while ((s = lists[l]->head) != NULL) {
         queue_remove(lists[l], s);
         slab_collect(s);
-        if (s->used == 0 && (s->capacity == 0 || hak_opt.purge_delay_ms <= 0)) {
+        if (s->used == 0 && (s->capacity == 0 || opt.purge_delay_ms <= 0)) {
           span_free(s, now);
         } else {
           s->aux = now;
@@ -396,16 +395,16 @@ static void heap_dissolve(hak_heap_t *h, uint64_t now) {
   heap_sweep_abandoned_locked(now, false);
   pthread_mutex_unlock(&region_lock);
   pthread_mutex_unlock(&h->lock);
-  atomic_fetch_add_explicit(&hak_gstats.heaps_dissolved, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.heaps_dissolved, 1, memory_order_relaxed);
   heap_struct_free(h);
 }
 
 /* Thread exit: the heap is parked for the next thread, or dissolved. */
 void heap_abandon(hak_heap_t *h) {
-  if (h == NULL || h == &hak_heap_empty) return;
-  atomic_fetch_add_explicit(&hak_gstats.threads_exited, 1, memory_order_relaxed);
+  if (h == NULL || h == &empty_heap) return;
+  atomic_fetch_add_explicit(&gstats.threads_exited, 1, memory_order_relaxed);
   heap_remote_flush(h);
-  hak_tls_heap = hak_tls_alloc = &hak_heap_empty;
+  tls_heap = tls_alloc = &empty_heap;
   __atomic_store_n(&h->tid, 0, __ATOMIC_RELAXED); /* no thread owns it any more */
   uint64_t now = os_now_ms();
   hak_heap_t *excess = heap_park(h, now);
@@ -437,8 +436,8 @@ void heap_dissolve_parked(uint64_t now, bool all) {
  * words: every free into their slabs is a remote push, always safe, and their memory
  * (a copy of the parent's) is simply not reused in the child. */
 void heap_atfork_child(void) {
-  hak_heap_t *mine = hak_tls_heap;
-  heaps_all = mine != &hak_heap_empty ? mine : NULL;
+  hak_heap_t *mine = tls_heap;
+  heaps_all = mine != &empty_heap ? mine : NULL;
   if (heaps_all) {
     heaps_all->all_next = heaps_all->all_prev = NULL;
     heap_mark_main(mine); /* this thread is the child's main thread */
@@ -446,8 +445,8 @@ void heap_atfork_child(void) {
   }
   heaps_parked = heaps_parked_newest = NULL; /* their structures are not reused either */
   /* The child's one thread is alive; the others are gone without exiting. */
-  atomic_store_explicit(&hak_gstats.threads_started,
-                        atomic_load(&hak_gstats.threads_exited) + (heaps_all != NULL), memory_order_relaxed);
+  atomic_store_explicit(&gstats.threads_started, atomic_load(&gstats.threads_exited) + (heaps_all != NULL),
+                        memory_order_relaxed);
   heaps_parked_count = 0;
   /* Threads waiting for a heap to be parked are gone with the rest. */
   heaps_park_waiters = 0;

@@ -5,15 +5,15 @@
 #include "heap/heap.h"
 
 /* An emptied slab's span goes to the heap's span cache (or, past it, to its region). */
-void heap_release_slab(hak_heap_t *h, hak_slab_t *s) { span_cache_put(h, s, os_now_ms()); }
+void heap_release_slab(hak_heap_t *h, slab_t *s) { span_cache_put(h, s, os_now_ms()); }
 
 /* The head of each class queue is the slab the fast path allocates from. It carries a
  * pin, one extra count in `used`, so freeing its last block never leaves the fast path:
  * a thread that mallocs and frees one block over and over stays there. Call this after
  * anything that may change a queue's head. */
 void heap_head_changed(hak_heap_t *h, uint32_t c) {
-  hak_slab_queue_t *q = &h->queue[c];
-  hak_slab_t *head = q->head, *old = h->pinned[c];
+  slab_queue_t *q = &h->queue[c];
+  slab_t *head = q->head, *old = h->pinned[c];
   if (old != head) {
     if (head) {
       head->used++;
@@ -26,7 +26,7 @@ void heap_head_changed(hak_heap_t *h, uint32_t c) {
     }
   }
   /* Point the fast paths' direct slots at the head. */
-  hak_slab_t *d = head ? head : &hak_slab_empty;
+  slab_t *d = head ? head : &empty_slab;
   if (c < TINY_CLASSES) {
     size_t lo = c == 0 ? 1 : class_size[c - 1] / 16 + 1; /* slot 0, malloc(0): slow path */
     size_t hi = class_size[c] / 16;
@@ -36,7 +36,7 @@ void heap_head_changed(hak_heap_t *h, uint32_t c) {
   }
 }
 
-void heap_slab_emptied(hak_heap_t *h, hak_slab_t *s) {
+void heap_slab_emptied(hak_heap_t *h, slab_t *s) {
   /* The owner's free found its own slab; it may be one of its user heaps'. */
   if (slab_user_heap(s) != NULL) h = slab_user_heap(s);
   HAK_ASSERT(s->used == 0 && h->pinned[s->class_idx] != s);

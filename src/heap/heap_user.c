@@ -26,7 +26,7 @@ static hak_heap_t *users_live, *users_retired;
 /* The heap hak_heap_malloc last found to be the calling thread's (heap_api.c); the
  * empty heap, not NULL, when there is none, so that a NULL handle is never taken for
  * it. */
-__thread hak_heap_t *heap_tls_last __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+__thread hak_heap_t *heap_tls_last __attribute__((tls_model("initial-exec"))) = &empty_heap;
 
 static void user_link(hak_heap_t **list, hak_heap_t *u) {
   u->user_prev = NULL;
@@ -49,12 +49,12 @@ static size_t slabs_gone(hak_heap_t *u) {
   uint64_t now = os_now_ms();
   size_t bytes = 0, n = 0;
   bool first = true;
-  hak_slab_t *batch[HAKMEM_SECURE ? DEAD_BATCH : 1];
+  slab_t *batch[HAKMEM_SECURE ? DEAD_BATCH : 1];
   if (!HAKMEM_SECURE) pthread_mutex_lock(&region_lock);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    hak_slab_queue_t *lists[2] = {&u->queue[c], &u->full[c]};
+    slab_queue_t *lists[2] = {&u->queue[c], &u->full[c]};
     for (int l = 0; l < 2; l++) {
-      hak_slab_t *s;
+      slab_t *s;
       while ((s = lists[l]->head) != NULL) {
         queue_remove(lists[l], s);
         if (HAKMEM_SECURE) {
@@ -103,8 +103,8 @@ void heap_user_sweep(void) {
 /* u leaves the heaps its thread can use and the list of all heaps (no statistics walk
  * or idle reclaim reads it again), and its handle reads as destroyed. */
 static void user_unpublish(hak_heap_t *u, uint32_t how) {
-  if (hak_tls_alloc == u) hak_tls_alloc = hak_tls_heap;
-  if (heap_tls_last == u) heap_tls_last = &hak_heap_empty;
+  if (tls_alloc == u) tls_alloc = tls_heap;
+  if (heap_tls_last == u) heap_tls_last = &empty_heap;
   pthread_mutex_lock(&heaps_lock);
   heap_unlist_locked(u);
   user_unlink(&users_live, u);
@@ -139,7 +139,7 @@ static void user_retire(hak_heap_t *u, uint64_t refs) {
 static void quarantine_forget(hak_heap_t *home, hak_heap_t *u) {
   for (uint32_t i = 0; HAKMEM_SECURE && i < QUARANTINE_SLOTS; i++) {
     if (home->quarantine_user[i] != u) continue;
-    hak_block_t *q = home->quarantine[i];
+    block_t *q = home->quarantine[i];
     if (q != NULL) home->quarantine_bytes -= region_slab_of((uintptr_t)q)->block_size;
     __atomic_store_n(&home->quarantine[i], NULL, __ATOMIC_RELAXED); /* heap_walk reads it */
     home->quarantine_user[i] = NULL;
@@ -157,10 +157,10 @@ static void quarantine_forget(hak_heap_t *home, hak_heap_t *u) {
  * owner words stay OWNER_NONE: a late free is reported as after any destruction. */
 #define SPARE_MAX_UNITS 256 /* 16 MiB */
 
-static void slab_reset(hak_slab_t *s) {
+static void slab_reset(slab_t *s) {
   s->free = s->local_free = NULL;
   s->capacity = 0;
-  hak_tso_store(&s->carved_magic, 0);
+  tso_store(&s->carved_magic, 0);
   s->used_ticks = 0;
   s->aux = 0;
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed); /* frees of gone blocks */
@@ -172,15 +172,15 @@ static void slab_reset(hak_slab_t *s) {
  * those of the class's highest count of live blocks. In the order they came, a slab
  * that had filled first (and gone to the full list) would come last, and each slab
  * would in time write as many pages as the first. */
-static void spare_queue(hak_slab_queue_t *q, hak_slab_t *s) {
-  hak_slab_t *after = q->tail; /* most classes keep one slab: it goes at the back */
+static void spare_queue(slab_queue_t *q, slab_t *s) {
+  slab_t *after = q->tail; /* most classes keep one slab: it goes at the back */
   while (after != NULL && after->touched < s->touched) after = after->prev;
   queue_insert_after(q, after, s);
 }
 
 /* Keeps destroyed heap u, which no reference holds, as home's spare. */
 static bool spare_keep(hak_heap_t *home, hak_heap_t *u) {
-  if (HAKMEM_SECURE || hak_opt.purge_delay_ms == 0) return false;
+  if (HAKMEM_SECURE || opt.purge_delay_ms == 0) return false;
   uint64_t now = os_now_ms();
   if (home->spare != NULL) {
     heap_spare_trim(home, now, true);
@@ -189,10 +189,10 @@ static bool spare_keep(hak_heap_t *home, hak_heap_t *u) {
   size_t kept = 0, gone = 0;
   pthread_mutex_lock(&region_lock);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    hak_slab_queue_t keep = {0};
+    slab_queue_t keep = {0};
     for (int l = 0; l < 2; l++) {
-      hak_slab_queue_t *q = l ? &u->full[c] : &u->queue[c];
-      for (hak_slab_t *s; (s = q->head) != NULL;) {
+      slab_queue_t *q = l ? &u->full[c] : &u->queue[c];
+      for (slab_t *s; (s = q->head) != NULL;) {
         queue_remove(q, s);
         if (kept + s->units <= SPARE_MAX_UNITS) {
           kept += s->units;
@@ -219,7 +219,7 @@ static hak_heap_t *spare_revive(hak_heap_t *home) {
   home->spare = NULL;
   uint32_t gen = atomic_fetch_add_explicit(&u->gen, 1, memory_order_relaxed) + 1;
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
-    for (hak_slab_t *s = u->queue[c].head; s != NULL; s = s->next) {
+    for (slab_t *s = u->queue[c].head; s != NULL; s = s->next) {
       __atomic_store_n(&s->user_gen, gen, __ATOMIC_RELAXED);
       __atomic_store_n(&s->owner, (uintptr_t)home, __ATOMIC_RELEASE);
     }
@@ -241,13 +241,13 @@ static hak_heap_t *spare_revive(hak_heap_t *home) {
 /* Hardened: new heap u takes the slabs of heaps destroyed long enough ago
  * (heap_dead.c), zero and resident, for their classes, as a spare's. */
 static void dead_adopt(hak_heap_t *home, hak_heap_t *u) {
-  hak_slab_t *list = HAKMEM_SECURE ? heap_dead_reuse(SPARE_MAX_UNITS) : NULL;
+  slab_t *list = HAKMEM_SECURE ? heap_dead_reuse(SPARE_MAX_UNITS) : NULL;
   if (list == NULL) return;
   uint32_t gen = atomic_load_explicit(&u->gen, memory_order_relaxed);
   size_t bytes = 0;
   pthread_mutex_lock(&u->lock); /* on the list of all heaps already: walkers take it */
   while (list != NULL) {
-    hak_slab_t *s = list;
+    slab_t *s = list;
     list = s->next;
     slab_reset(s);
     bytes += (size_t)s->units * UNIT_SIZE;
@@ -273,7 +273,7 @@ hak_heap_t *heap_user_new(void) {
   } else {
     u = heap_struct_alloc();
     if (u == NULL) return NULL;
-    for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &hak_slab_empty;
+    for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &empty_slab;
     atomic_fetch_add_explicit(&u->gen, 1, memory_order_relaxed); /* a new generation */
     if (HAKMEM_SECURE) dead_adopt(home, u);
   }
@@ -288,18 +288,18 @@ hak_heap_t *heap_user_new(void) {
 }
 
 void heap_user_destroy(hak_heap_t *u) {
-  hak_heap_t *home = hak_tls_heap;
+  hak_heap_t *home = tls_heap;
   user_unpublish(u, HEAP_DESTROYED);
   if (HAKMEM_SECURE) quarantine_forget(home, u);
   /* Closed before anything is taken down: a block in a quarantine, freed before, must
    * see that it went with its heap rather than find its slab half gone. */
   uint64_t refs = user_close(u);
-  hak_slab_t *large = NULL;
+  slab_t *large = NULL;
   pthread_mutex_lock(&u->lock);
   /* Big blocks: huge ones freed here; large ones taken off the list (a free racing
    * with this finds it empty), then freed below, where the loser of a race says so. */
   if (u->huge != NULL) huge_heap_drop_all(u, true); /* huge.c is cold code: not called idly */
-  for (hak_slab_t *s; (s = u->large.head) != NULL;) {
+  for (slab_t *s; (s = u->large.head) != NULL;) {
     queue_remove(&u->large, s);
     __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELEASE);
     heap_held_add(u, -(size_t)s->units * UNIT_SIZE);
@@ -310,13 +310,13 @@ void heap_user_destroy(hak_heap_t *u) {
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     u->pinned[c] = NULL;
     for (int l = 0; l < 2; l++)
-      for (hak_slab_t *s = (l ? u->full : u->queue)[c].head; s != NULL; s = s->next)
+      for (slab_t *s = (l ? u->full : u->queue)[c].head; s != NULL; s = s->next)
         __atomic_store_n(&s->owner, OWNER_NONE, __ATOMIC_RELEASE);
   }
-  for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &hak_slab_empty;
+  for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &empty_slab;
   pthread_mutex_unlock(&u->lock);
   while (large != NULL) {
-    hak_slab_t *s = large;
+    slab_t *s = large;
     large = s->next;
     s->next = NULL;
     large_free(s, (void *)s->start);
@@ -341,14 +341,14 @@ static void lock_both(hak_heap_t *a, hak_heap_t *b) {
 /* Every slab of u goes to the thread's own heap, whose address its owner word already
  * holds; big blocks become the process's. */
 void heap_user_release(hak_heap_t *u) {
-  hak_heap_t *home = hak_tls_heap;
+  hak_heap_t *home = tls_heap;
   user_unpublish(u, HEAP_RELEASED);
   lock_both(u, home);
   for (uint32_t c = 0; c < NUM_CLASSES; c++) {
     heap_unpin(u, c);
     for (int l = 0; l < 2; l++) {
-      hak_slab_queue_t *from = l ? &u->full[c] : &u->queue[c];
-      for (hak_slab_t *s; (s = from->head) != NULL;) {
+      slab_queue_t *from = l ? &u->full[c] : &u->queue[c];
+      for (slab_t *s; (s = from->head) != NULL;) {
         queue_remove(from, s);
         __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELEASE);
         if (l == 1) {
@@ -363,13 +363,13 @@ void heap_user_release(hak_heap_t *u) {
     heap_head_changed(home, c);
   }
   home->stale_classes |= u->stale_classes;
-  for (hak_slab_t *s; (s = u->large.head) != NULL;) {
+  for (slab_t *s; (s = u->large.head) != NULL;) {
     queue_remove(&u->large, s);
     __atomic_store_n(&s->user_heap, NULL, __ATOMIC_RELEASE);
   }
   if (u->huge != NULL) huge_heap_drop_all(u, false);
   pthread_mutex_unlock(&home->lock);
-  for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &hak_slab_empty;
+  for (size_t i = 0; i < ALL_DIRECT_SLOTS; i++) u->direct[i] = &empty_slab;
   pthread_mutex_unlock(&u->lock);
   span_cache_flush(u, os_now_ms(), -1);
   atomic_store_explicit(&u->held, 0, memory_order_relaxed);
@@ -381,7 +381,7 @@ void heap_user_release(hak_heap_t *u) {
  * which is then parked or dissolved like any exiting thread's; their blocks stay valid
  * and their handles read as destroyed. */
 void heap_user_thread_exit(hak_heap_t *home) {
-  if (home == NULL || home == &hak_heap_empty) return;
+  if (home == NULL || home == &empty_heap) return;
   for (;;) {
     hak_heap_t *u = NULL;
     pthread_mutex_lock(&heaps_lock);
@@ -396,8 +396,8 @@ void heap_user_thread_exit(hak_heap_t *home) {
     heap_struct_free(home->spare);
     home->spare = NULL;
   }
-  hak_tls_alloc = home;
-  heap_tls_last = &hak_heap_empty;
+  tls_alloc = home;
+  heap_tls_last = &empty_heap;
 }
 
 /* How many references the calling thread holds on u (its remote chains, hardened:
@@ -416,12 +416,12 @@ static uint64_t refs_of_this_thread(const hak_heap_t *home, const hak_heap_t *u)
  * Locks another thread may have held at the fork are made anew, and references counted
  * again: those of threads that are gone will never be given back. */
 void heap_user_atfork_child(void) {
-  hak_heap_t *home = hak_tls_heap;
-  if (home == &hak_heap_empty || heap_tls_last->owner_id != (uintptr_t)home) heap_tls_last = &hak_heap_empty;
+  hak_heap_t *home = tls_heap;
+  if (home == &empty_heap || heap_tls_last->owner_id != (uintptr_t)home) heap_tls_last = &empty_heap;
   for (hak_heap_t *u = users_live, *next; u != NULL; u = next) {
     next = u->user_next;
     pthread_mutex_init(&u->lock, NULL);
-    if (home == &hak_heap_empty || u->owner_id != (uintptr_t)home) {
+    if (home == &empty_heap || u->owner_id != (uintptr_t)home) {
       user_unlink(&users_live, u);
       u->orphaned = true;
       heap_slot_set_state(u, HEAP_SLOT_DEAD);
@@ -435,7 +435,7 @@ void heap_user_atfork_child(void) {
   }
   for (hak_heap_t *u = users_retired; u != NULL; u = u->user_next) {
     pthread_mutex_init(&u->lock, NULL);
-    uint64_t mine = home != &hak_heap_empty ? refs_of_this_thread(home, u) : 0;
+    uint64_t mine = home != &empty_heap ? refs_of_this_thread(home, u) : 0;
     atomic_store_explicit(&u->refs, HEAP_REFS_RETIRED | mine, memory_order_relaxed);
   }
 }
@@ -444,7 +444,7 @@ void heap_user_atfork_child(void) {
  * (user). Another thread's slab gets the block at once, under that reference: a chain
  * would take a second one, which a destruction since would refuse; a destroyed heap's
  * block went with it. Returns false for the caller to free the block as its owner. */
-bool heap_user_block_release(void *p, hak_slab_t *s, hak_heap_t *h, hak_heap_t *user) {
+bool heap_user_block_release(void *p, slab_t *s, hak_heap_t *h, hak_heap_t *user) {
   bool destroyed = heap_user_destroyed(user);
   bool theirs = (slab_owner(s) & ~SLAB_FULL) != (uintptr_t)h;
   if (!destroyed && !theirs) { /* ours: the heap cannot go meanwhile */

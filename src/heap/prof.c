@@ -45,7 +45,10 @@ static __thread uint64_t prof_rng __attribute__((tls_model("initial-exec")));
 
 /* ---- numbers: no libm in the allocator --------------------------------------------- */
 static double ln(double x) { /* x > 0 */
-  union { double d; uint64_t u; } v = {x};
+  union {
+    double d;
+    uint64_t u;
+  } v = {x};
   int e = (int)((v.u >> 52) & 0x7ff) - 1023;
   v.u = (v.u & ~((uint64_t)0x7ff << 52)) | ((uint64_t)1023 << 52); /* mantissa in [1, 2) */
   double t = (v.d - 1) / (v.d + 1), t2 = t * t, sum = 0, term = t;
@@ -71,7 +74,7 @@ static double one_minus_exp_neg(double x) {
 }
 
 static uint64_t rng_next(void) {
-  if (prof_rng == 0) prof_rng = (hak_cookie ^ (uintptr_t)&prof_rng) | 1;
+  if (prof_rng == 0) prof_rng = (process_cookie ^ (uintptr_t)&prof_rng) | 1;
   prof_rng ^= prof_rng >> 12;
   prof_rng ^= prof_rng << 25;
   prof_rng ^= prof_rng >> 27;
@@ -114,9 +117,9 @@ static int write_profile(const char *path) {
 
 /* prefix.pid.what.heap (what may be empty) into buf; false if it does not fit. */
 static bool profile_path(char *buf, size_t size, const char *what) {
-  const char *prefix = hak_opt.prof_prefix ? hak_opt.prof_prefix : PROF_DEFAULT_PREFIX;
+  const char *prefix = opt.prof_prefix ? opt.prof_prefix : PROF_DEFAULT_PREFIX;
   char pid[24];
-  pid[hak_fmt_dec(pid, (uint64_t)getpid())] = '\0';
+  pid[error_fmt_dec(pid, (uint64_t)getpid())] = '\0';
   size_t lp = strlen(prefix), lq = strlen(pid), lw = strlen(what);
   if (lp + lq + lw + 8 > size) return false;
   memcpy(buf, prefix, lp);
@@ -132,8 +135,6 @@ static bool profile_path(char *buf, size_t size, const char *what) {
   return true;
 }
 
-static void put(const char *s) { hak_write_stderr(s, strlen(s)); }
-
 /* An automatic write (exit, peak): one line on failure, once per process; the default
  * file name is announced. */
 static void write_auto(const char *what) {
@@ -142,22 +143,22 @@ static void write_auto(const char *what) {
   if (rc < 0) {
     if (!atomic_exchange(&write_warned, true)) {
       const char *why = strerrordesc_np(-rc);
-      put("hakmem: cannot write heap profile ");
-      put(rc == -ENAMETOOLONG ? "(HAKMEM_PROF_PREFIX too long)" : path);
-      put(": ");
-      put(why ? why : "error");
-      put("; the program goes on without it\n");
+      error_write_str("hakmem: cannot write heap profile ");
+      error_write_str(rc == -ENAMETOOLONG ? "(HAKMEM_PROF_PREFIX too long)" : path);
+      error_write_str(": ");
+      error_write_str(why ? why : "error");
+      error_write_str("; the program goes on without it\n");
     }
-  } else if (hak_opt.prof_prefix == NULL && what[0] == '\0') {
-    put("hakmem: heap profile written to ");
-    put(path);
-    put("\n");
+  } else if (opt.prof_prefix == NULL && what[0] == '\0') {
+    error_write_str("hakmem: heap profile written to ");
+    error_write_str(path);
+    error_write_str("\n");
   }
 }
 
 static void peak_check(void) {
-  if (hak_opt.prof_peak_step <= 0) return;
-  uint64_t step = (uint64_t)hak_opt.prof_peak_step;
+  if (opt.prof_peak_step <= 0) return;
+  uint64_t step = (uint64_t)opt.prof_peak_step;
   if (atomic_load_explicit(&prof_counts.inuse_est, memory_order_relaxed) < peak_mark + step) return;
   if (atomic_exchange(&peak_writing, true)) return;
   pthread_mutex_lock(&prof_lock);
@@ -209,8 +210,8 @@ static void restart_heaps(void) {
   for (hak_heap_t *h = heaps_all; h != NULL; h = h->all_next)
     __atomic_store_n(&h->prof_left, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&heaps_lock);
-  hak_heap_t *self = hak_tls_heap;
-  if (self != &hak_heap_empty) self->prof_left = 0;
+  hak_heap_t *self = tls_heap;
+  if (self != &empty_heap) self->prof_left = 0;
 }
 
 static void atfork_prepare(void) { pthread_mutex_lock(&prof_lock); }
@@ -223,7 +224,7 @@ static void atfork_child(void) {
   atomic_store(&peak_writing, false);
 }
 
-hak_export int hak_prof_start(size_t rate) {
+HAK_EXPORT int hak_prof_start(size_t rate) {
   if (HAKMEM_SECURE) return ENOTSUP;
   heap_get(); /* the process set-up, and this thread's heap */
   if (!prof_tables_init()) return ENOMEM;
@@ -234,27 +235,27 @@ hak_export int hak_prof_start(size_t rate) {
     os_atfork(atfork_prepare, atfork_parent, atfork_child);
   }
   if (rate > 0) prof_rate = rate > (size_t)LONG_MAX ? LONG_MAX : (long)rate;
-  if (prof_rate == 0) prof_rate = (long)hak_opt.prof_rate;
+  if (prof_rate == 0) prof_rate = (long)opt.prof_rate;
   atomic_store(&prof_on, true);
   restart_heaps();
   return 0;
 }
 
-hak_export void hak_prof_stop(void) { atomic_store(&prof_on, false); }
+HAK_EXPORT void hak_prof_stop(void) { atomic_store(&prof_on, false); }
 
 void prof_init(void) {
-  if (!hak_opt.prof) return;
+  if (!opt.prof) return;
   int rc = hak_prof_start(0);
   if (rc != 0) {
-    put("hakmem: HAKMEM_PROF=1 but the profiler cannot start: ");
-    put(strerrordesc_np(rc));
-    put("\n");
+    error_write_str("hakmem: HAKMEM_PROF=1 but the profiler cannot start: ");
+    error_write_str(strerrordesc_np(rc));
+    error_write_str("\n");
   }
 }
 
 void prof_exit(void) {
   write_auto("");
-  if (hak_opt.prof_leaks) {
+  if (opt.prof_leaks) {
     bool busy = prof_busy;
     prof_busy = true; /* dladdr may allocate; that is not a sample */
     pthread_mutex_lock(&prof_lock);
@@ -264,11 +265,11 @@ void prof_exit(void) {
   }
 }
 
-hak_export int hak_prof_dump(const char *path) {
+HAK_EXPORT int hak_prof_dump(const char *path) {
   char buf[4096];
   if (path == NULL) {
     char what[24];
-    what[hak_fmt_dec(what, atomic_fetch_add(&dump_seq, 1))] = '\0';
+    what[error_fmt_dec(what, atomic_fetch_add(&dump_seq, 1))] = '\0';
     if (!profile_path(buf, sizeof buf, what)) return ENAMETOOLONG;
     path = buf;
   }
@@ -276,10 +277,10 @@ hak_export int hak_prof_dump(const char *path) {
   return rc < 0 ? -rc : 0;
 }
 
-hak_export void hak_prof_get_info(hak_prof_info_t *info) {
+HAK_EXPORT void hak_prof_get_info(hak_prof_info_t *info) {
   pthread_mutex_lock(&prof_lock);
   info->active = atomic_load(&prof_on);
-  info->rate = (size_t)(prof_rate != 0 ? prof_rate : hak_opt.prof_rate);
+  info->rate = (size_t)(prof_rate != 0 ? prof_rate : opt.prof_rate);
   info->samples = prof_counts.samples;
   info->stacks = prof_counts.stacks_used;
   info->live_samples = prof_counts.live_used;

@@ -22,7 +22,7 @@ typedef struct prof_live {
   uint32_t stack; /* index in the stack table, or NO_STACK (that table was full) */
   uint32_t big;   /* a large or huge block */
   uint64_t size;
-  double scale;   /* blocks this sample stands for */
+  double scale; /* blocks this sample stands for */
 } prof_live_t;
 
 pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -32,7 +32,7 @@ prof_stack_t *prof_stacks;
 uint32_t *prof_stack_order; /* the used slots, in the order they were taken */
 #define STACKS_BYTES (PROF_STACK_SLOTS * (sizeof(prof_stack_t) + sizeof(uint32_t)))
 static prof_live_t *live;
-static hak_slab_queue_t pool_avail[NUM_CLASSES], pool_full[NUM_CLASSES];
+static slab_queue_t pool_avail[NUM_CLASSES], pool_full[NUM_CLASSES];
 #define stacks prof_stacks
 
 bool prof_tables_init(void) {
@@ -51,8 +51,7 @@ bool prof_tables_init(void) {
 }
 
 size_t prof_table_bytes(void) {
-  return prof_stacks == NULL ? 0
-                             : STACKS_BYTES + PROF_LIVE_SLOTS * sizeof(prof_live_t);
+  return prof_stacks == NULL ? 0 : STACKS_BYTES + PROF_LIVE_SLOTS * sizeof(prof_live_t);
 }
 
 static uint64_t stack_hash(const uintptr_t *f, uint32_t depth) {
@@ -129,8 +128,7 @@ static void live_drop(prof_live_t *e) {
   live_remove(e);
 }
 
-static void record(void *p, size_t n, double scale, bool big, const uintptr_t *frames,
-                   uint32_t depth) {
+static void record(void *p, size_t n, double scale, bool big, const uintptr_t *frames, uint32_t depth) {
   double bytes = (double)n * scale;
   uint32_t idx = stack_find(frames, depth);
   prof_live_t e = {(uintptr_t)p, idx, big, n, scale};
@@ -155,7 +153,7 @@ static void record(void *p, size_t n, double scale, bool big, const uintptr_t *f
 
 /* ---- the pool of sampled small and mid blocks (under prof_lock) -------------------- */
 static void *pool_alloc(uint32_t c) {
-  hak_slab_t *s = pool_avail[c].head;
+  slab_t *s = pool_avail[c].head;
   if (s == NULL) {
     pthread_mutex_lock(&region_lock);
     s = span_alloc(class_units[c]);
@@ -167,7 +165,7 @@ static void *pool_alloc(uint32_t c) {
     queue_push_front(&pool_avail[c], s);
   }
   if (s->free == NULL) slab_extend(s); /* on the avail list: it has room */
-  hak_block_t *b = s->free;
+  block_t *b = s->free;
   s->free = block_next(b);
   b->free_tag = 0;
   s->used++;
@@ -179,7 +177,7 @@ static void *pool_alloc(uint32_t c) {
   return b;
 }
 
-static void pool_free(hak_slab_t *s, hak_block_t *b) {
+static void pool_free(slab_t *s, block_t *b) {
   uint32_t c = s->class_idx;
   block_set_next(b, s->free);
   b->free_tag = block_free_tag(s);
@@ -198,7 +196,7 @@ static void pool_free(hak_slab_t *s, hak_block_t *b) {
   }
 }
 
-void prof_free_block(void *p, hak_slab_t *s) {
+void prof_free_block(void *p, slab_t *s) {
   pthread_mutex_lock(&prof_lock);
   prof_live_t *e = live != NULL ? live_find((uintptr_t)p) : NULL;
   if (e != NULL) live_drop(e);
@@ -212,7 +210,6 @@ void prof_forget(void *p) {
   if (e != NULL) live_drop(e);
   pthread_mutex_unlock(&prof_lock);
 }
-
 
 void *prof_record_small(uint32_t c, size_t n, double scale, const uintptr_t *frames, uint32_t depth) {
   pthread_mutex_lock(&prof_lock);

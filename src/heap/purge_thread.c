@@ -30,16 +30,16 @@
 enum { PT_NONE, PT_STARTING, PT_RUNNING, PT_FAILED };
 static _Atomic int pt_state;
 static _Atomic uint64_t pt_failed_ms;
-static _Atomic uint64_t pt_started; /* threads started, for the tests and the report */
+static _Atomic uint64_t pt_started;          /* threads started, for the tests and the report */
 static _Atomic uint64_t pt_passes, pt_woken; /* its passes; those a sign of activity began */
 static _Atomic uint64_t pt_trims;            /* idle heaps whose heads it gave back */
-static int pt_pid;                  /* the process the thread belongs to */
-static uint32_t pt_pass;            /* under heaps_lock */
-static uint64_t pt_last_look;       /* the purge thread's last pass */
+static int pt_pid;                           /* the process the thread belongs to */
+static uint32_t pt_pass;                     /* under heaps_lock */
+static uint64_t pt_last_look;                /* the purge thread's last pass */
 
 static size_t committed_now(void) {
-  return atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) +
-         atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
+  return atomic_load_explicit(&gstats.committed_est, memory_order_relaxed) +
+         atomic_load_explicit(&gstats.huge_mapped, memory_order_relaxed);
 }
 
 /* Idle heaps, one at a time, each under its own lock: heaps_lock is held only to pick the
@@ -49,7 +49,7 @@ static size_t committed_now(void) {
  * proves stays the owner. */
 static size_t trim_idle_heaps(uint64_t now) {
   size_t done = 0;
-  hak_slab_t *uncarved[NUM_CLASSES];
+  slab_t *uncarved[NUM_CLASSES];
   pthread_mutex_lock(&heaps_lock);
   uint32_t pass = ++pt_pass;
   pthread_mutex_unlock(&heaps_lock);
@@ -116,15 +116,16 @@ static void *purge_thread_main(void *arg) {
     uint64_t now_pushes = stats_remote_total(false);
     bool active = now_pushes != pushes;
     pushes = now_pushes;
-    sleep_ms = done || active || woken ? period
-               : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS : sleep_ms * 2;
+    sleep_ms = done || active || woken                    ? period
+               : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS
+                                                          : sleep_ms * 2;
     low = committed_now() < PURGE_THREAD_START_BYTES ? low + 1 : 0;
   }
   atomic_store_explicit(&pt_state, PT_NONE, memory_order_release);
   return NULL;
 }
 
-static hak_noinline void purge_thread_start(void) {
+static HAK_NOINLINE void purge_thread_start(void) {
   int expect = atomic_load_explicit(&pt_state, memory_order_relaxed);
   /* Another thread may have started one since purge_thread_poke looked. */
   if (expect == PT_STARTING || expect == PT_RUNNING) return;
@@ -147,10 +148,10 @@ static hak_noinline void purge_thread_start(void) {
   pthread_t thread;
   /* pthread_create's own allocations (the new thread's TLS) are the thread's, not those
    * of a user heap that this malloc was made from (hak_heap_malloc). */
-  hak_heap_t *alloc_heap = hak_tls_alloc;
-  hak_tls_alloc = hak_tls_heap;
-  int rc = hak_opt.background_fails ? EAGAIN : pthread_create(&thread, &attr, purge_thread_main, NULL);
-  hak_tls_alloc = alloc_heap;
+  hak_heap_t *alloc_heap = tls_alloc;
+  tls_alloc = tls_heap;
+  int rc = opt.background_fails ? EAGAIN : pthread_create(&thread, &attr, purge_thread_main, NULL);
+  tls_alloc = alloc_heap;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (rc == 0) {
@@ -165,11 +166,11 @@ static hak_noinline void purge_thread_start(void) {
 
 void purge_thread_poke(void) {
   int state = atomic_load_explicit(&pt_state, memory_order_relaxed);
-  if (hak_likely(state == PT_RUNNING || state == PT_STARTING)) {
-    if (hak_unlikely(atomic_load_explicit(&purge_napping, memory_order_relaxed))) purge_wake();
+  if (HAK_LIKELY(state == PT_RUNNING || state == PT_STARTING)) {
+    if (HAK_UNLIKELY(atomic_load_explicit(&purge_napping, memory_order_relaxed))) purge_wake();
     return;
   }
-  if (!hak_opt.background || hak_opt.purge_delay_ms <= 0) return;
+  if (!opt.background || opt.purge_delay_ms <= 0) return;
   if (committed_now() < PURGE_THREAD_START_BYTES) return;
   purge_thread_start();
 }

@@ -13,15 +13,15 @@
 /* The purge thread fences an idle heap's chains with this (heap_trim_idle_locked) while
  * it pushes them itself, holding the heap's lock: a free that meets the fence waits for
  * that lock, and looks again. */
-#define REMOTE_FENCE (&hak_slab_empty)
+#define REMOTE_FENCE (&empty_slab)
 
-static hak_noinline void remote_fence_wait(hak_heap_t *h) {
+static HAK_NOINLINE void remote_fence_wait(hak_heap_t *h) {
   pthread_mutex_lock(&h->lock);
   pthread_mutex_unlock(&h->lock);
 }
 
-hak_noinline void remote_chain_flush(hak_heap_t *h, struct hak_remote_chain *rc) {
-  while (hak_unlikely(__atomic_load_n(&rc->slab, __ATOMIC_ACQUIRE) == REMOTE_FENCE)) remote_fence_wait(h);
+HAK_NOINLINE void remote_chain_flush(hak_heap_t *h, struct remote_chain *rc) {
+  while (HAK_UNLIKELY(__atomic_load_n(&rc->slab, __ATOMIC_ACQUIRE) == REMOTE_FENCE)) remote_fence_wait(h);
   if (rc->slab == NULL) return;
   slab_remote_push(rc->slab, rc->head, rc->tail, rc->count);
   rc->slab = NULL;
@@ -34,7 +34,7 @@ hak_noinline void remote_chain_flush(hak_heap_t *h, struct hak_remote_chain *rc)
   }
   /* Frees into another thread's slabs: work for the purge thread if that thread idles.
    * Only once the chain is consistent again (see heap_trim_idle_locked). */
-  if (hak_unlikely(atomic_load_explicit(&purge_napping, memory_order_relaxed))) purge_wake();
+  if (HAK_UNLIKELY(atomic_load_explicit(&purge_napping, memory_order_relaxed))) purge_wake();
 }
 
 void heap_remote_flush(hak_heap_t *h) {
@@ -45,10 +45,9 @@ void heap_remote_flush(hak_heap_t *h) {
 /* A chain into a user heap's slab holds a reference on that heap until it is pushed:
  * a chain can wait a long time (until the freeing thread's next deferred work), and the
  * heap's destruction must not give the slab to another use meanwhile. */
-hak_noinline void remote_chain_start(hak_heap_t *h, struct hak_remote_chain *rc, hak_slab_t *s,
-                                     hak_block_t *b) {
+HAK_NOINLINE void remote_chain_start(hak_heap_t *h, struct remote_chain *rc, slab_t *s, block_t *b) {
   remote_chain_flush(h, rc);
-  if (hak_unlikely(slab_user_heap(s) != NULL)) h->remote_user[rc - h->remote] = heap_user_hold(s, b, "free");
+  if (HAK_UNLIKELY(slab_user_heap(s) != NULL)) h->remote_user[rc - h->remote] = heap_user_hold(s, b, "free");
   uint32_t limit = REMOTE_BATCH_BYTES / s->block_size;
   rc->slab = s;
   rc->head = rc->tail = b;
@@ -59,7 +58,7 @@ hak_noinline void remote_chain_start(hak_heap_t *h, struct hak_remote_chain *rc,
 }
 
 /* A free by a thread without a heap: pushed at once, under a reference like a chain's. */
-void remote_push_one(hak_slab_t *s, hak_block_t *b) {
+void remote_push_one(slab_t *s, block_t *b) {
   hak_heap_t *u = heap_user_hold(s, b, "free");
   slab_remote_push(s, b, b, 1);
   if (u != NULL) heap_user_unref(u);

@@ -2,7 +2,6 @@
  * DEFLATE, on os_map memory, written with write(2); no malloc, no zlib. */
 #include "profile/profile.h"
 
-
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,7 +36,7 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 #define GZ_MIN_MATCH 3
 #define GZ_MAX_MATCH 258
 #define GZ_MAX_CHAIN 64
-#define GZ_BLOCK 32768u /* input bytes a block starts with; a last match may run past */
+#define GZ_BLOCK 32768u                /* input bytes a block starts with; a last match may run past */
 #define GZ_OUT_CAP ((size_t)64 * 1024) /* a multiple of every page size */
 /* A block's symbols before they are coded: a literal byte, or a match of
  * length << GZ_LEN_SHIFT | (distance - 1), flagged by GZ_MATCH. */
@@ -47,14 +46,14 @@ _Static_assert(GZ_BLOCK + GZ_MAX_MATCH <= 65535, "a stored block holds at most 6
 
 typedef struct gz {
   int fd;
-  int err;          /* negative errno, sticky */
-  uint8_t *out;     /* GZ_OUT_CAP bytes, written to fd when full */
+  int err;      /* negative errno, sticky */
+  uint8_t *out; /* GZ_OUT_CAP bytes, written to fd when full */
   size_t out_len;
-  uint64_t bits;    /* pending bits, LSB first; fewer than 8 between calls */
+  uint64_t bits; /* pending bits, LSB first; fewer than 8 between calls */
   unsigned nbits;
-  size_t *head;     /* hash -> last position + 1 with it (0: none) */
-  size_t *prev;     /* position % GZ_WINDOW -> previous position + 1 with its hash */
-  uint32_t *syms;   /* GZ_BLOCK: the current block's symbols */
+  size_t *head;        /* hash -> last position + 1 with it (0: none) */
+  size_t *prev;        /* position % GZ_WINDOW -> previous position + 1 with its hash */
+  uint32_t *syms;      /* GZ_BLOCK: the current block's symbols */
   uint32_t *crc_table; /* 256 entries */
 } gz_t;
 
@@ -96,9 +95,7 @@ static void gz_code(gz_t *g, uint32_t code, unsigned n) {
 }
 
 /* A literal/length symbol in the fixed code (RFC 1951, 3.2.6). */
-static unsigned gz_symbol_bits(unsigned sym) {
-  return sym < 144 ? 8 : sym < 256 ? 9 : sym < 280 ? 7 : 8;
-}
+static unsigned gz_symbol_bits(unsigned sym) { return sym < 144 ? 8 : sym < 256 ? 9 : sym < 280 ? 7 : 8; }
 
 static void gz_symbol(gz_t *g, unsigned sym) {
   if (sym < 144) gz_code(g, 0x30 + sym, 8);
@@ -152,8 +149,7 @@ static void gz_insert(gz_t *g, const uint8_t *data, size_t pos) {
 }
 
 /* The longest earlier match for data[pos..], 0 if shorter than GZ_MIN_MATCH. */
-static unsigned gz_longest(const gz_t *g, const uint8_t *data, size_t len, size_t pos,
-                           unsigned *dist) {
+static unsigned gz_longest(const gz_t *g, const uint8_t *data, size_t len, size_t pos, unsigned *dist) {
   size_t limit = len - pos < GZ_MAX_MATCH ? len - pos : GZ_MAX_MATCH;
   unsigned best = 0;
   size_t cand = g->head[gz_hash(data + pos)];
@@ -176,8 +172,8 @@ static unsigned gz_longest(const gz_t *g, const uint8_t *data, size_t len, size_
 
 /* Symbols for data[pos..] until at least GZ_BLOCK bytes are covered or the data ends:
  * the count in *nsyms, the bits they take in the fixed code in *bits; returns the end. */
-static size_t gz_scan_block(gz_t *g, const uint8_t *data, size_t len, size_t pos,
-                            size_t *nsyms, uint64_t *bits) {
+static size_t gz_scan_block(gz_t *g, const uint8_t *data, size_t len, size_t pos, size_t *nsyms,
+                            uint64_t *bits) {
   size_t end = len - pos < GZ_BLOCK ? len : pos + GZ_BLOCK;
   size_t n = 0;
   uint64_t b = 0;
@@ -191,8 +187,7 @@ static size_t gz_scan_block(gz_t *g, const uint8_t *data, size_t len, size_t pos
       gz_match_code_t c = gz_match_code(match, dist);
       b += gz_symbol_bits(c.len_sym) + c.len_extra_bits + 5 + c.dist_extra_bits;
       g->syms[n++] = GZ_MATCH | (uint32_t)match << GZ_LEN_SHIFT | (dist - 1);
-      for (size_t i = pos + 1; i < pos + match && len - i >= GZ_MIN_MATCH; i++)
-        gz_insert(g, data, i);
+      for (size_t i = pos + 1; i < pos + match && len - i >= GZ_MIN_MATCH; i++) gz_insert(g, data, i);
       pos += match;
     } else {
       b += gz_symbol_bits(data[pos]);

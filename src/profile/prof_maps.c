@@ -7,10 +7,6 @@
 #include <elf.h>
 #include <string.h>
 
-static bool same_name(const char *a, size_t alen, const char *b, size_t blen) {
-  return alen == blen && memcmp(a, b, alen) == 0;
-}
-
 static bool parse_hex(const char **s, const char *end, uint64_t *v) {
   const char *p = *s;
   uint64_t x = 0;
@@ -57,10 +53,9 @@ bool prof_maps_parse_line(const char *s, const char *end, any_map_t *m, bool *ex
   return start < lim;
 }
 
-
 /* The readable mapping of `name` holding [addr, addr + size), or NULL. */
-static const any_map_t *readable_range(const any_map_t *maps, size_t n, const char *name,
-                                       size_t name_len, uintptr_t addr, size_t size) {
+static const any_map_t *readable_range(const any_map_t *maps, size_t n, const char *name, size_t name_len,
+                                       uintptr_t addr, size_t size) {
   if (addr + size < addr) return NULL;
   for (size_t i = 0; i < n; i++) {
     const any_map_t *m = &maps[i];
@@ -83,8 +78,7 @@ typedef Elf32_Phdr elf_phdr_t;
 
 /* A GNU build ID note in [p, p + size), notes aligned to `align`: its hex string in
  * hex[], or 0. */
-static size_t find_build_id(const uint8_t *p, size_t size, size_t align, char *hex,
-                            size_t hex_cap) {
+static size_t find_build_id(const uint8_t *p, size_t size, size_t align, char *hex, size_t hex_cap) {
   static const char digits[] = "0123456789abcdef";
   size_t pos = 0;
   while (size - pos >= sizeof(Elf64_Nhdr)) { /* Elf32_Nhdr and Elf64_Nhdr are alike */
@@ -95,9 +89,8 @@ static size_t find_build_id(const uint8_t *p, size_t size, size_t align, char *h
     size_t desc_sz = ((size_t)nh.n_descsz + align - 1) & ~(align - 1);
     if (name_sz > size - name_at || desc_sz > size - name_at - name_sz) return 0;
     size_t desc_at = name_at + name_sz;
-    if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
-        memcmp(p + name_at, "GNU", 4) == 0 && nh.n_descsz > 0 &&
-        nh.n_descsz * 2 <= hex_cap) {
+    if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && memcmp(p + name_at, "GNU", 4) == 0 &&
+        nh.n_descsz > 0 && nh.n_descsz * 2 <= hex_cap) {
       for (size_t i = 0; i < nh.n_descsz; i++) {
         hex[2 * i] = digits[p[desc_at + i] >> 4];
         hex[2 * i + 1] = digits[p[desc_at + i] & 15];
@@ -112,12 +105,11 @@ static size_t find_build_id(const uint8_t *p, size_t size, size_t align, char *h
 /* The GNU build ID of the ELF file mapped as `name`, read from its loaded image: the
  * ELF header in the mapping of file offset 0, then the PT_NOTE segments. Every byte is
  * checked to lie in a readable mapping of that file first. Returns the hex length, or 0. */
-size_t prof_maps_build_id(const any_map_t *maps, size_t n, const char *name, size_t name_len,
-                          char *hex, size_t hex_cap) {
+size_t prof_maps_build_id(const any_map_t *maps, size_t n, const char *name, size_t name_len, char *hex,
+                          size_t hex_cap) {
   const any_map_t *head = NULL;
   for (size_t i = 0; i < n && head == NULL; i++)
-    if (maps[i].offset == 0 && maps[i].readable &&
-        same_name(maps[i].name, maps[i].name_len, name, name_len))
+    if (maps[i].offset == 0 && maps[i].readable && same_name(maps[i].name, maps[i].name_len, name, name_len))
       head = &maps[i];
   if (head == NULL || head->end - head->start < sizeof(elf_ehdr_t)) return 0;
   elf_ehdr_t eh;
@@ -126,8 +118,7 @@ size_t prof_maps_build_id(const any_map_t *maps, size_t n, const char *name, siz
       eh.e_phentsize != sizeof(elf_phdr_t) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM)
     return 0;
   size_t ph_size = (size_t)eh.e_phnum * sizeof(elf_phdr_t);
-  if (eh.e_phoff > head->end - head->start || ph_size > head->end - head->start - eh.e_phoff)
-    return 0;
+  if (eh.e_phoff > head->end - head->start || ph_size > head->end - head->start - eh.e_phoff) return 0;
   const uint8_t *ph = (const uint8_t *)head->start + eh.e_phoff;
   /* The load bias: where the segment holding file offset 0 was put, less its address. */
   uintptr_t bias = 0;

@@ -24,8 +24,8 @@ bool prof_maps_parse_line(const char *s, const char *end, any_map_t *m, bool *ex
 /* The GNU build ID, as hex in hex[0 .. hex_cap), of the ELF file mapped as `name`, read
  * from its loaded image after checking each byte lies in a readable mapping of that file
  * (maps[0 .. n)). Returns the hex length, or 0. */
-size_t prof_maps_build_id(const any_map_t *maps, size_t n, const char *name, size_t name_len,
-                          char *hex, size_t hex_cap);
+size_t prof_maps_build_id(const any_map_t *maps, size_t n, const char *name, size_t name_len, char *hex,
+                          size_t hex_cap);
 
 #pragma GCC visibility pop
 

@@ -98,9 +98,7 @@ static void pb_varint(buf_t *b, uint64_t v) {
   b->len = (size_t)(q - b->p);
 }
 
-static void pb_key(buf_t *b, uint32_t field, unsigned wire) {
-  pb_varint(b, (uint64_t)field << 3 | wire);
-}
+static void pb_key(buf_t *b, uint32_t field, unsigned wire) { pb_varint(b, (uint64_t)field << 3 | wire); }
 
 /* uint64, int64 (two's complement, ten bytes when negative) and bool fields. proto3
  * leaves a field at its default (zero) out. */
@@ -169,38 +167,37 @@ typedef struct exec_map {
   size_t name_len;
 } exec_map_t;
 
-
 typedef struct loc_slot {
   uintptr_t addr; /* 0: empty */
   uint64_t id;
 } loc_slot_t;
 
 typedef struct writer {
-  buf_t out;       /* the Profile message */
-  buf_t msg;       /* scratch: one nested message */
-  buf_t packed;    /* scratch: a sample's location ids */
-  buf_t strtab;    /* string_table entries, encoded, appended to out at the end */
-  buf_t strs;      /* str_ref_t per string: the bytes inside strtab */
-  buf_t maps_text; /* /proc/self/maps */
-  buf_t maps;      /* any_map_t */
-  buf_t execs;     /* exec_map_t, by address */
-  buf_t locs;      /* uintptr_t: return address of location id i + 1 */
-  buf_t exe;       /* the main executable's path */
+  buf_t out;         /* the Profile message */
+  buf_t msg;         /* scratch: one nested message */
+  buf_t packed;      /* scratch: a sample's location ids */
+  buf_t strtab;      /* string_table entries, encoded, appended to out at the end */
+  buf_t strs;        /* str_ref_t per string: the bytes inside strtab */
+  buf_t maps_text;   /* /proc/self/maps */
+  buf_t maps;        /* any_map_t */
+  buf_t execs;       /* exec_map_t, by address */
+  buf_t locs;        /* uintptr_t: return address of location id i + 1 */
+  buf_t exe;         /* the main executable's path */
   loc_slot_t *table; /* return address -> location id, open addressing */
   size_t table_cap;  /* slots, a power of two */
 } writer_t;
 
 static int writer_error(const writer_t *w) {
-  const buf_t *all[] = {&w->out, &w->msg, &w->packed, &w->strtab, &w->strs,
-                        &w->maps_text, &w->maps, &w->execs, &w->locs, &w->exe};
+  const buf_t *all[] = {&w->out,       &w->msg,  &w->packed, &w->strtab, &w->strs,
+                        &w->maps_text, &w->maps, &w->execs,  &w->locs,   &w->exe};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->err) return -all[i]->err;
   return 0;
 }
 
 static void writer_free(writer_t *w) {
-  buf_t *all[] = {&w->out, &w->msg, &w->packed, &w->strtab, &w->strs,
-                  &w->maps_text, &w->maps, &w->execs, &w->locs, &w->exe};
+  buf_t *all[] = {&w->out,       &w->msg,  &w->packed, &w->strtab, &w->strs,
+                  &w->maps_text, &w->maps, &w->execs,  &w->locs,   &w->exe};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) buf_free(all[i]);
   if (w->table) os_unmap(w->table, w->table_cap * sizeof(loc_slot_t));
   w->table = NULL;
@@ -215,8 +212,7 @@ static uint64_t intern(writer_t *w, const char *s, size_t len) {
   const str_ref_t *refs = (const str_ref_t *)w->strs.p;
   size_t n = w->strs.len / sizeof(str_ref_t);
   for (size_t i = 0; i < n; i++)
-    if (refs[i].len == len && (len == 0 || memcmp(w->strtab.p + refs[i].off, s, len) == 0))
-      return i;
+    if (refs[i].len == len && (len == 0 || memcmp(w->strtab.p + refs[i].off, s, len) == 0)) return i;
   pb_key(&w->strtab, PROFILE_STRING_TABLE, WIRE_LEN);
   pb_varint(&w->strtab, len);
   str_ref_t ref = {w->strtab.len, len};
@@ -249,10 +245,6 @@ static bool read_whole_file(const char *path, buf_t *b) {
   }
   close(fd);
   return ok;
-}
-
-static bool same_name(const char *a, size_t alen, const char *b, size_t blen) {
-  return alen == blen && memcmp(a, b, alen) == 0;
 }
 
 /* Reads /proc/self/maps into w->maps and w->execs (ids not set yet). false only when
@@ -291,8 +283,10 @@ static size_t exe_path(char *path, size_t cap) {
 static void encode_mapping(writer_t *w, exec_map_t *e, uint64_t id) {
   char hex[2 * 64];
   e->id = id;
-  size_t hex_len = e->name_len ? prof_maps_build_id((const any_map_t *)w->maps.p, w->maps.len / sizeof(any_map_t), e->name,
-                                                 e->name_len, hex, sizeof hex) : 0;
+  size_t hex_len = e->name_len
+                       ? prof_maps_build_id((const any_map_t *)w->maps.p, w->maps.len / sizeof(any_map_t),
+                                            e->name, e->name_len, hex, sizeof hex)
+                       : 0;
   buf_t *m = &w->msg;
   m->len = 0;
   pb_uint(m, MAPPING_ID, id);
@@ -464,8 +458,8 @@ static int check_args(const prof_sample_t *samples, size_t n) {
   return 0;
 }
 
-int prof_write_profile(int fd, const prof_sample_t *samples, size_t n, int64_t period,
-                       uint64_t time_ns, uint64_t duration_ns) {
+int prof_write_profile(int fd, const prof_sample_t *samples, size_t n, int64_t period, uint64_t time_ns,
+                       uint64_t duration_ns) {
   int saved = errno;
   writer_t w = {0};
   int rc = check_args(samples, n);

@@ -41,9 +41,8 @@ static const uint8_t *map_path(const char *path, size_t *size) {
 }
 
 /* The file's section headers, or NULL when it is not a 64-bit ELF file with them. */
-static const ElfW(Shdr) *sections(const uint8_t *f, size_t size, size_t *count) {
-  if (size < sizeof(ElfW(Ehdr)) || memcmp(f, ELFMAG, SELFMAG) != 0 || f[EI_CLASS] != ELFCLASS64)
-    return NULL;
+static const ElfW(Shdr) * sections(const uint8_t *f, size_t size, size_t *count) {
+  if (size < sizeof(ElfW(Ehdr)) || memcmp(f, ELFMAG, SELFMAG) != 0 || f[EI_CLASS] != ELFCLASS64) return NULL;
   const ElfW(Ehdr) *eh = (const void *)f;
   if (eh->e_shoff == 0 || eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > size) return NULL;
   *count = eh->e_shnum;
@@ -142,13 +141,6 @@ static const char *symtab_lookup(const char *path, uintptr_t vaddr, uintptr_t *o
   return NULL;
 }
 
-static size_t append(char *buf, size_t at, size_t size, const char *s) {
-  size_t n = strlen(s);
-  if (at + n >= size) n = at + 1 < size ? size - at - 1 : 0;
-  memcpy(buf + at, s, n);
-  return at + n;
-}
-
 size_t prof_symbolize(uintptr_t addr, char *buf, size_t size) {
   Dl_info info;
   ElfW(Sym) *sym = NULL;
@@ -181,32 +173,30 @@ size_t prof_symbolize(uintptr_t addr, char *buf, size_t size) {
     off++;
 #endif
   }
-  at = append(buf, at, size, name ? name : "??");
+  at = error_append(buf, at, size, name ? name : "??");
   if (name) {
-    at = append(buf, at, size, "+");
-    num[hak_fmt_hex(num, off)] = '\0';
-    at = append(buf, at, size, num);
+    at = error_append(buf, at, size, "+");
+    num[error_fmt_hex(num, off)] = '\0';
+    at = error_append(buf, at, size, num);
   }
   if (info.dli_fname != NULL) {
     const char *file = info.dli_fname[0] ? info.dli_fname : "the program";
-    at = append(buf, at, size, " (");
-    at = append(buf, at, size, file);
-    at = append(buf, at, size, ")");
+    at = error_append(buf, at, size, " (");
+    at = error_append(buf, at, size, file);
+    at = error_append(buf, at, size, ")");
   }
   buf[at] = '\0';
   return at;
 }
 
-static void put(const char *s) { hak_write_stderr(s, strlen(s)); }
 static void put_u64(uint64_t x) {
   char b[24];
-  hak_write_stderr(b, hak_fmt_dec(b, x));
+  error_write_stderr(b, error_fmt_dec(b, x));
 }
 
 #define LEAK_FRAMES 16
 
-void prof_leak_report(const prof_stack_t *all, const uint32_t *order, size_t used, long rate,
-                      size_t max) {
+void prof_leak_report(const prof_stack_t *all, const uint32_t *order, size_t used, long rate, size_t max) {
   double total = 0, objects = 0;
   size_t count = 0;
 #define stacks(k) (all[order[k]])
@@ -216,13 +206,13 @@ void prof_leak_report(const prof_stack_t *all, const uint32_t *order, size_t use
     objects += stacks(i).inuse_objects;
     count++;
   }
-  put("hakmem: leak report: ");
+  error_write_str("hakmem: leak report: ");
   put_u64((uint64_t)(total + 0.5));
-  put(" bytes in ");
+  error_write_str(" bytes in ");
   put_u64((uint64_t)(objects + 0.5));
-  put(" blocks still live at exit, from ");
+  error_write_str(" blocks still live at exit, from ");
   put_u64(count);
-  put(rate <= 1 ? " stacks (every allocation recorded)\n" : " stacks (sampled: estimates)\n");
+  error_write_str(rate <= 1 ? " stacks (every allocation recorded)\n" : " stacks (sampled: estimates)\n");
   double below = 1e300; /* the largest not yet printed is below this; ties by index */
   size_t below_i = 0;
   for (size_t shown = 0; shown < max && shown < count; shown++) {
@@ -236,24 +226,24 @@ void prof_leak_report(const prof_stack_t *all, const uint32_t *order, size_t use
     if (best == used) break;
     below = stacks(best).inuse_bytes;
     below_i = best;
-    put("hakmem: leak ");
+    error_write_str("hakmem: leak ");
     put_u64(shown + 1);
-    put(": ");
+    error_write_str(": ");
     put_u64((uint64_t)(stacks(best).inuse_bytes + 0.5));
-    put(" bytes in ");
+    error_write_str(" bytes in ");
     put_u64((uint64_t)(stacks(best).inuse_objects + 0.5));
-    put(" blocks allocated at\n");
+    error_write_str(" blocks allocated at\n");
     for (uint32_t k = 0; k < stacks(best).depth && k < LEAK_FRAMES; k++) {
       char line[640];
       size_t n = 0;
-      n = append(line, n, sizeof line, "    #");
+      n = error_append(line, n, sizeof line, "    #");
       char num[24];
-      num[hak_fmt_dec(num, k)] = '\0';
-      n = append(line, n, sizeof line, num);
-      n = append(line, n, sizeof line, " ");
+      num[error_fmt_dec(num, k)] = '\0';
+      n = error_append(line, n, sizeof line, num);
+      n = error_append(line, n, sizeof line, " ");
       n += prof_symbolize(stacks(best).frames[k], line + n, sizeof line - n - 1);
       line[n++] = '\n';
-      hak_write_stderr(line, n);
+      error_write_stderr(line, n);
     }
   }
 #undef stacks

@@ -61,17 +61,17 @@ static void unwind_load(void) {}
 #define UCACHE_FRAMES (PROF_MAX_DEPTH + 8)
 
 typedef struct ucache_entry {
-  uintptr_t cfa0;   /* prof_unwind's CFA when recorded; 0: unused */
-  uint32_t frames;  /* pc[0 .. frames) */
-  uint32_t skip;    /* leading frames inside this library */
+  uintptr_t cfa0;                /* prof_unwind's CFA when recorded; 0: unused */
+  uint32_t frames;               /* pc[0 .. frames) */
+  uint32_t skip;                 /* leading frames inside this library */
   uintptr_t slot[UCACHE_FRAMES]; /* where frame i's return address (pc[i + 1]) was */
   uintptr_t pc[UCACHE_FRAMES];
 } ucache_entry_t;
 
 typedef struct ucache {
   ucache_entry_t e[UCACHE_ENTRIES];
-  pthread_t self;         /* the thread whose stack its entries describe */
-  uint32_t next;          /* round-robin victim */
+  pthread_t self; /* the thread whose stack its entries describe */
+  uint32_t next;  /* round-robin victim */
   struct ucache *free_next;
 } ucache_t;
 
@@ -84,8 +84,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || self < lo || self >= lo + ph->p_memsz)
-      continue;
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || self < lo || self >= lo + ph->p_memsz) continue;
     /* Linked into the program itself (the static library): the program's frames are not
      * ours, so none are dropped and stacks start inside the allocator. */
     if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0') return 1;
@@ -154,7 +153,7 @@ static bool entry_matches(const ucache_entry_t *r, uintptr_t cfa0) {
 }
 #endif
 
-hak_noinline uint32_t prof_unwind(uintptr_t *out) {
+HAK_NOINLINE uint32_t prof_unwind(uintptr_t *out) {
 #if HAKMEM_UNWIND_DLOPEN
   if (unwind_backtrace == NULL) return 0; /* libgcc_s was not found */
 #endif

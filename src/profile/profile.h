@@ -44,7 +44,14 @@
 
 #include "base/base.h"
 
+#include <string.h>
+
 #pragma GCC visibility push(hidden)
+
+/* a[0..alen) and b[0..blen) hold the same name. */
+static inline bool same_name(const char *a, size_t alen, const char *b, size_t blen) {
+  return alen == blen && memcmp(a, b, alen) == 0;
+}
 
 /* The profiler records stacks of at most this many frames; the writer takes any depth. */
 #define PROF_MAX_DEPTH 64
@@ -68,8 +75,8 @@ typedef struct prof_sample {
  * period: bytes between samples (pprof's period, period_type space/bytes); time_ns: when
  * profiling started, nanoseconds since the Unix epoch; duration_ns: how long it ran.
  * Samples with the same stack may repeat; pprof adds them up. */
-int prof_write_profile(int fd, const prof_sample_t *samples, size_t n, int64_t period,
-                       uint64_t time_ns, uint64_t duration_ns);
+int prof_write_profile(int fd, const prof_sample_t *samples, size_t n, int64_t period, uint64_t time_ns,
+                       uint64_t duration_ns);
 
 /* The same into the file at path, opened with O_CREAT|O_TRUNC|O_WRONLY|O_CLOEXEC, 0644.
  * The profile is built in memory first, so a failure to map memory leaves the file
@@ -85,7 +92,7 @@ int prof_gzip_write(int fd, const void *data, size_t len);
 /* One distinct call stack and what was allocated from it. Values are estimates (sums of
  * the samples' weights), exact integers in exact mode (HAKMEM_PROF_RATE=1). */
 typedef struct prof_stack {
-  uint64_t hash;  /* 0: slot unused */
+  uint64_t hash; /* 0: slot unused */
   uint32_t depth;
   uint32_t pad;
   double alloc_objects, alloc_bytes, inuse_objects, inuse_bytes;
@@ -96,15 +103,13 @@ typedef struct prof_stack {
  * the name from dladdr, else from the .symtab of the mapped file, else "??". */
 size_t prof_symbolize(uintptr_t addr, char *buf, size_t size);
 /* The leak report on stderr: the stacks with live bytes, largest first, at most `max`. */
-void prof_leak_report(const prof_stack_t *stacks, const uint32_t *order, size_t count, long rate,
-                      size_t max);
+void prof_leak_report(const prof_stack_t *stacks, const uint32_t *order, size_t count, long rate, size_t max);
 
 /* ---- prof_unwind.c: the stack of the caller, leaf first (libgcc, cached) ------- */
 void prof_unwind_init(void);          /* finds this library's code, whose frames are dropped */
 uint32_t prof_unwind(uintptr_t *out); /* out: PROF_MAX_DEPTH entries; returns the depth */
 void prof_unwind_thread_exit(void);   /* the thread's cache goes to the next thread */
 void prof_unwind_atfork_child(void);
-
 
 #pragma GCC visibility pop
 

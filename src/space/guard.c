@@ -30,9 +30,7 @@ void guard_set(uintptr_t a, size_t len, bool on) {
 
 static uintptr_t zero_next, zero_end; /* under region_lock, which fork handles */
 
-static _Atomic uint64_t *zero_bits(uintptr_t a) {
-  return (_Atomic uint64_t *)(a & ~(uintptr_t)REGION_MASK);
-}
+static _Atomic uint64_t *zero_bits(uintptr_t a) { return (_Atomic uint64_t *)(a & ~(uintptr_t)REGION_MASK); }
 
 void *zero_alloc(void) {
   pthread_mutex_lock(&region_lock);
@@ -62,12 +60,12 @@ void *zero_alloc(void) {
 void zero_check(void *p, const char *fn, bool release) {
   uintptr_t a = (uintptr_t)p, off = a & REGION_MASK;
   _Atomic uint64_t *bits = zero_bits(a);
-  if (off % ZERO_STEP != 0 || off < ZERO_BITMAP) hak_fatal_pointer("invalid pointer", fn, p);
+  if (off % ZERO_STEP != 0 || off < ZERO_BITMAP) error_fatal_pointer("invalid pointer", fn, p);
   size_t i = off / ZERO_STEP;
   uint64_t bit = (uint64_t)1 << (i % 64), old;
   if (release) old = atomic_fetch_and_explicit(&bits[i / 64], ~bit, memory_order_relaxed);
   else old = atomic_load_explicit(&bits[i / 64], memory_order_relaxed);
   if (old & bit) return;
   bool handed_out = a < atomic_load_explicit(&bits[0], memory_order_relaxed);
-  hak_fatal_pointer(handed_out && release ? "double free" : "invalid pointer", fn, p);
+  error_fatal_pointer(handed_out && release ? "double free" : "invalid pointer", fn, p);
 }

@@ -28,13 +28,13 @@ static _Atomic size_t pending; /* huge bytes admitted, not yet in huge_mapped */
 static size_t load_limit(const long *v) { return (size_t)__atomic_load_n(v, __ATOMIC_RELAXED); }
 
 size_t limit_committed(void) {
-  return atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) + purge_huge_in_use() +
+  return atomic_load_explicit(&gstats.committed_est, memory_order_relaxed) + purge_huge_in_use() +
          atomic_load_explicit(&pending, memory_order_relaxed);
 }
 
 /* The lower of the limits set, or 0: where giving back starts. */
 static size_t limit_line(void) {
-  size_t soft = load_limit(&hak_opt.limit_soft), hard = load_limit(&hak_opt.limit_hard);
+  size_t soft = load_limit(&opt.limit_soft), hard = load_limit(&opt.limit_hard);
   return soft != 0 && (hard == 0 || soft < hard) ? soft : hard;
 }
 
@@ -45,12 +45,12 @@ bool limit_near_set(size_t bytes) {
 
 bool limit_admit_set(size_t bytes) {
   size_t line = limit_line();
-  if (hak_likely(line == 0) || limit_committed() + bytes <= line) return true;
+  if (HAK_LIKELY(line == 0) || limit_committed() + bytes <= line) return true;
   /* Every free unit purged, kept huge blocks unmapped: what is taken next is fresh, so
    * committed memory grows by `bytes` exactly. */
   if (purge_pass(os_now_ms(), 0, false) != 0)
     atomic_fetch_add_explicit(&limit_give_backs, 1, memory_order_relaxed);
-  size_t hard = load_limit(&hak_opt.limit_hard);
+  size_t hard = load_limit(&opt.limit_hard);
   if (hard == 0 || limit_committed() + bytes <= hard) return true;
   atomic_fetch_add_explicit(&limit_refused, 1, memory_order_relaxed);
   return false;
@@ -58,7 +58,7 @@ bool limit_admit_set(size_t bytes) {
 
 size_t limit_admit_huge(size_t bytes, bool *ok) {
   *ok = true;
-  if (hak_likely(limit_line() == 0)) return 0;
+  if (HAK_LIKELY(limit_line() == 0)) return 0;
   pthread_mutex_lock(&region_lock);
   *ok = limit_admit(bytes);
   if (*ok) atomic_fetch_add_explicit(&pending, bytes, memory_order_relaxed);
@@ -75,12 +75,13 @@ static _Atomic uint64_t next_reclaim_ms;
 
 bool limit_give_back_set(size_t bytes, bool refused) {
   if (limit_reclaim == NULL || !limit_near(bytes)) return false;
-  if (refused && load_limit(&hak_opt.limit_hard) == 0) return false;
+  if (refused && load_limit(&opt.limit_hard) == 0) return false;
   /* A huge block costs more to fault in than a trim costs: never put off for one. */
   if (!refused && bytes < LARGE_MAX) {
     uint64_t now = os_now_ms(), due = atomic_load_explicit(&next_reclaim_ms, memory_order_relaxed);
-    if (now < due || !atomic_compare_exchange_strong_explicit(&next_reclaim_ms, &due, now + DEFERRED_PERIOD_MS,
-                                                              memory_order_relaxed, memory_order_relaxed))
+    if (now < due ||
+        !atomic_compare_exchange_strong_explicit(&next_reclaim_ms, &due, now + DEFERRED_PERIOD_MS,
+                                                 memory_order_relaxed, memory_order_relaxed))
       return false;
   }
   limit_reclaim();
@@ -96,8 +97,8 @@ bool limit_from_cgroup(void) {
   uint64_t margin = max / 16 > ((uint64_t)8 << 20) ? max / 16 : (uint64_t)8 << 20;
   uint64_t soft = max > margin + LIMIT_MIN ? max - margin : LIMIT_MIN;
   if (soft > LIMIT_MAX) soft = LIMIT_MAX;
-  uint64_t now = load_limit(&hak_opt.limit_soft);
-  if (now == 0 || soft < now) __atomic_store_n(&hak_opt.limit_soft, (long)soft, __ATOMIC_RELAXED);
+  uint64_t now = load_limit(&opt.limit_soft);
+  if (now == 0 || soft < now) __atomic_store_n(&opt.limit_soft, (long)soft, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -105,10 +106,8 @@ bool limit_from_cgroup(void) {
  * limit below what is committed now gives back at once. */
 int limit_set(int which, uint64_t v) {
   if (which == 2 ? v > 1 : !limit_value_ok(v)) return -EINVAL;
-  if (which == 2)
-    __atomic_store_n(&hak_opt.limit_from_cgroup, v == 1 && limit_from_cgroup(), __ATOMIC_RELAXED);
-  else
-    __atomic_store_n(which == 0 ? &hak_opt.limit_soft : &hak_opt.limit_hard, (long)v, __ATOMIC_RELAXED);
+  if (which == 2) __atomic_store_n(&opt.limit_from_cgroup, v == 1 && limit_from_cgroup(), __ATOMIC_RELAXED);
+  else __atomic_store_n(which == 0 ? &opt.limit_soft : &opt.limit_hard, (long)v, __ATOMIC_RELAXED);
   pthread_mutex_lock(&region_lock);
   limit_admit(0);
   pthread_mutex_unlock(&region_lock);
@@ -118,9 +117,9 @@ int limit_set(int which, uint64_t v) {
 /* limit.soft, .hard, .from_cgroup, .committed, .give_backs, .refused, by index. */
 uint64_t limit_value(int which) {
   switch (which) {
-  case 0: return load_limit(&hak_opt.limit_soft);
-  case 1: return load_limit(&hak_opt.limit_hard);
-  case 2: return __atomic_load_n(&hak_opt.limit_from_cgroup, __ATOMIC_RELAXED);
+  case 0: return load_limit(&opt.limit_soft);
+  case 1: return load_limit(&opt.limit_hard);
+  case 2: return __atomic_load_n(&opt.limit_from_cgroup, __ATOMIC_RELAXED);
   case 3: return limit_committed();
   case 4: return atomic_load_explicit(&limit_give_backs, memory_order_relaxed);
   default: return atomic_load_explicit(&limit_refused, memory_order_relaxed);

@@ -134,7 +134,7 @@ static huge_kept_t kept_take(uint32_t i) {
   for (uint32_t j = i + 1; j < huge_kept_count; j++) huge_kept[j - 1] = huge_kept[j];
   huge_kept_count--;
   huge_kept_bytes -= k.resident;
-  atomic_fetch_sub_explicit(&hak_gstats.committed_est, k.resident, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&gstats.committed_est, k.resident, memory_order_relaxed);
   return k;
 }
 
@@ -143,15 +143,14 @@ size_t purge_huge_in_use(void) { return __atomic_load_n(&huge_used, __ATOMIC_REL
 void purge_note_huge(ptrdiff_t in_use) {
   __atomic_store_n(&huge_used, huge_used + (size_t)in_use, __ATOMIC_RELAXED); /* limit.c reads it */
   note_peak(in_use > 0 ? (size_t)in_use : 0);
-  if (in_use > 0 && hak_opt.purge_delay_ms > 0) purge_to_budget();
+  if (in_use > 0 && opt.purge_delay_ms > 0) purge_to_budget();
 }
 
-bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t now,
-                     uintptr_t *evicted_base, size_t *evicted_size) {
-  long delay = hak_opt.purge_delay_ms;
+bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t now, uintptr_t *evicted_base,
+                     size_t *evicted_size) {
+  long delay = opt.purge_delay_ms;
   *evicted_size = 0;
-  if (delay == 0 || map_size > HUGE_KEEP_MAX || (delay > 0 && !purge_budget_allows(resident)))
-    return false;
+  if (delay == 0 || map_size > HUGE_KEEP_MAX || (delay > 0 && !purge_budget_allows(resident))) return false;
   if (huge_kept_count == HUGE_KEEP_SLOTS) {
     huge_kept_t old = kept_take(0);
     *evicted_base = old.base;
@@ -159,7 +158,7 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
   }
   huge_kept[huge_kept_count++] = (huge_kept_t){base, map_size, resident, now};
   huge_kept_bytes += resident;
-  atomic_fetch_add_explicit(&hak_gstats.committed_est, resident, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.committed_est, resident, memory_order_relaxed);
   if (delay > 0) purge_schedule(now + (uint64_t)delay);
   return true;
 }
@@ -212,8 +211,8 @@ static void kept_purge_oldest(size_t bytes) {
   k->resident -= cut;
   os_purge((void *)(k->base + k->resident), cut);
   huge_kept_bytes -= cut;
-  atomic_fetch_sub_explicit(&hak_gstats.committed_est, cut, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, cut, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&gstats.committed_est, cut, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.purged_bytes, cut, memory_order_relaxed);
 }
 
 /* ---- the budget and the purge pass ----------------------------------------------- */
@@ -226,12 +225,11 @@ void purge_to_budget(void) {
   size_t budget = dirty_budget(), target = budget - budget / 16;
   while (kept_bytes() > target) {
     size_t excess = kept_bytes() - target;
-    hak_region_t *oldest = NULL;
+    region_t *oldest = NULL;
     size_t at = 0;
     uint32_t age = 0;
     region_oldest_dirty(clock_ms, &oldest, &at, &age);
-    if (huge_kept_count > 0 &&
-        (oldest == NULL || clock_ms - (uint32_t)huge_kept[0].freed_ms >= age)) {
+    if (huge_kept_count > 0 && (oldest == NULL || clock_ms - (uint32_t)huge_kept[0].freed_ms >= age)) {
       kept_purge_oldest(excess);
       continue;
     }
@@ -245,11 +243,11 @@ static bool pass_due(uint64_t now_ms, long delay_ms) {
   return delay_ms == 0 || (delay_ms > 0 && next_purge_ms != 0 && now_ms >= next_purge_ms);
 }
 
-bool purge_pass_due(uint64_t now_ms) { return pass_due(now_ms, hak_opt.purge_delay_ms); }
+bool purge_pass_due(uint64_t now_ms) { return pass_due(now_ms, opt.purge_delay_ms); }
 
 size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
   if (!pass_due(now_ms, delay_ms)) return 0;
-  atomic_fetch_add_explicit(&hak_gstats.purge_passes, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.purge_passes, 1, memory_order_relaxed);
   uint64_t next_due = 0;
   clock_ms = (uint32_t)now_ms;
   size_t purged = region_purge_due(now_ms, delay_ms, release_regions, &next_due);
@@ -266,12 +264,12 @@ size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
  * as clean free units. Returns the bytes given back. */
 #define BACKGROUND_BATCH 64
 size_t purge_pass_background(uint64_t now_ms) {
-  long delay = hak_opt.purge_delay_ms;
+  long delay = opt.purge_delay_ms;
   if (delay < 0) return 0;
   size_t purged = 0;
   for (bool first = true;; first = false) {
     region_run_t runs[BACKGROUND_BATCH];
-    hak_region_t *gone[BACKGROUND_BATCH];
+    region_t *gone[BACKGROUND_BATCH];
     huge_kept_t huge[HUGE_KEEP_SLOTS];
     size_t n_gone = 0;
     uint64_t next_due = 0;
@@ -282,7 +280,7 @@ size_t purge_pass_background(uint64_t now_ms) {
         pthread_mutex_unlock(&region_lock);
         return 0;
       }
-      atomic_fetch_add_explicit(&hak_gstats.purge_passes, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&gstats.purge_passes, 1, memory_order_relaxed);
     }
     clock_ms = (uint32_t)now_ms;
     size_t n = region_take_due(now_ms, delay, runs, BACKGROUND_BATCH, gone, &n_gone, &next_due, &more);
@@ -310,14 +308,14 @@ size_t purge_pass_background(uint64_t now_ms) {
 void purge_note_span_taken(size_t bytes, bool fresh) {
   note_peak(bytes);
   /* New pages were touched while older free ones stay resident: keep within budget. */
-  if (fresh && hak_opt.purge_delay_ms > 0) purge_to_budget();
+  if (fresh && opt.purge_delay_ms > 0) purge_to_budget();
 }
 
 void purge_note_span_freed(uint64_t freed_ms, uint64_t now_ms) {
   clock_ms = (uint32_t)now_ms;
   peak_window_tick(now_ms);
-  if (hak_opt.purge_delay_ms > 0) {
-    purge_schedule(freed_ms + (uint64_t)hak_opt.purge_delay_ms);
+  if (opt.purge_delay_ms > 0) {
+    purge_schedule(freed_ms + (uint64_t)opt.purge_delay_ms);
     purge_to_budget();
   }
 }

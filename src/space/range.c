@@ -10,11 +10,11 @@
  * is a huge page (huge_ranges) stays whole while at least half of it is in use: the
  * timed purge passes it by, and only the budget (region_purge_around) may break it,
  * counted. A range that is all free goes back whole once all of it is due. */
-bool range_held(const hak_region_t *r, size_t g) {
+bool range_held(const region_t *r, size_t g) {
   return ((r->huge_ranges | r->advised_ranges) >> g & 1) && r->range_used[g] >= RANGE_UNITS / 2;
 }
 
-void ranges_use(hak_region_t *r, size_t from, size_t n, bool add) {
+void ranges_use(region_t *r, size_t from, size_t n, bool add) {
   for (size_t u = from; u < from + n;) {
     size_t g = range_of_unit(u), end = (g + 1) * RANGE_UNITS, take = (end < from + n ? end : from + n) - u;
     r->range_used[g] = (uint8_t)(add ? r->range_used[g] + take : r->range_used[g] - take);
@@ -25,15 +25,15 @@ void ranges_use(hak_region_t *r, size_t from, size_t n, bool add) {
 /* Units [from, from + n) are being purged: a huge page there goes back whole when the
  * run covers its range, else it is broken (both counted); an advised range is advised
  * back to small pages by the purge thread. */
-void ranges_purged(hak_region_t *r, size_t from, size_t n) {
+void ranges_purged(region_t *r, size_t from, size_t n) {
   for (size_t g = range_of_unit(from); g <= range_of_unit(from + n - 1); g++) {
     uint32_t bit = (uint32_t)1 << g;
     r->range_purges[g]++;
     if (r->huge_ranges & bit) {
       bool whole = from <= g * RANGE_UNITS && from + n >= (g + 1) * RANGE_UNITS;
       r->huge_ranges &= ~bit;
-      atomic_fetch_sub_explicit(&hak_gstats.thp_huge_bytes, HUGE_PAGE_SIZE, memory_order_relaxed);
-      atomic_fetch_add_explicit(whole ? &hak_gstats.thp_returned_whole : &hak_gstats.thp_broken, 1,
+      atomic_fetch_sub_explicit(&gstats.thp_huge_bytes, HUGE_PAGE_SIZE, memory_order_relaxed);
+      atomic_fetch_add_explicit(whole ? &gstats.thp_returned_whole : &gstats.thp_broken, 1,
                                 memory_order_relaxed);
     }
     if (r->advised_ranges & bit) {
@@ -46,7 +46,7 @@ void ranges_purged(hak_region_t *r, size_t from, size_t n) {
 /* When unit u, free and resident, may be purged (0: not by the timed pass, a huge page
  * mostly in use; else a time, which may have passed): a huge or advised range that is
  * all free goes whole, when its last unit is due. */
-uint64_t range_unit_due(const hak_region_t *r, size_t u, uint64_t now_ms, long delay_ms) {
+uint64_t range_unit_due(const region_t *r, size_t u, uint64_t now_ms, long delay_ms) {
   size_t g = range_of_unit(u);
   if (range_held(r, g)) return 0;
   uint32_t latest = r->freed_ms[u];

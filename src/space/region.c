@@ -12,10 +12,11 @@
 
 #define REGION_MAGIC 0x68616b6d656d5247ull /* "hakmemRG" */
 
-_Static_assert(sizeof(hak_region_t) <= REGION_HEADER_UNITS * UNIT_SIZE, "header too big");
-_Static_assert(sizeof(hak_slab_t) == 128, "slab descriptor layout changed");
+_Static_assert(sizeof(region_t) <= REGION_HEADER_UNITS * UNIT_SIZE, "header too big");
+_Static_assert(sizeof(slab_t) == 128, "slab descriptor layout changed");
 _Static_assert(UNIT_SIZE / 16 + 1 < UINT16_MAX, "a slab's `used` (and its pin) must fit 16 bits");
-_Static_assert(offsetof(hak_slab_t, free) == 64, "the owner's free lists must not share the line other threads read");
+_Static_assert(offsetof(slab_t, free) == 64,
+               "the owner's free lists must not share the line other threads read");
 
 /* One byte per possible region in the address space: 2 MiB of zero-filled .bss whose
  * pages only become resident where regions exist. A pointer's region kind is one load.
@@ -31,13 +32,13 @@ uint8_t region_map[REGION_MAP_ENTRIES] REGION_MAP_SECTION;
 
 /* Units that no span covers (and the header unit) map to this descriptor: its owner
  * matches no heap and its magic rejects every offset, so a free there is reported. */
-hak_slab_t region_free_unit_slab = {.owner = OWNER_NONE, .div_magic = 0};
+slab_t region_free_unit_slab = {.owner = OWNER_NONE, .div_magic = 0};
 
 pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
-hak_region_t *regions; /* all regions, newest first */
-static size_t empty_regions;  /* regions with every unit free */
-size_t region_dirty_units;    /* free units of all regions that may be resident */
-size_t region_used_units;     /* units in spans */
+region_t *regions;           /* all regions, newest first */
+static size_t empty_regions; /* regions with every unit free */
+size_t region_dirty_units;   /* free units of all regions that may be resident */
+size_t region_used_units;    /* units in spans */
 
 /* Where a span of n units goes: the place whose units hold the most resident pages
  * (reused memory faults no page in), then the shortest free run (best fit keeps long
@@ -49,7 +50,7 @@ size_t region_used_units;     /* units in spans */
 #define SMALL_SPAN_UNITS 16
 #define SHORT_RUN_UNITS (4 * SMALL_SPAN_UNITS)
 typedef struct span_place {
-  hak_region_t *region;
+  region_t *region;
   size_t first, dirty, run, full; /* full: units in use in the range holding `first` */
 } span_place_t;
 
@@ -58,7 +59,7 @@ static bool place_is_final(const span_place_t *p, size_t n) {
          (p->run == n || (n <= SMALL_SPAN_UNITS && p->run <= SHORT_RUN_UNITS));
 }
 
-static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
+static void consider_region(region_t *r, size_t n, span_place_t *best) {
   for (size_t a = next_bit(r->free_bits, 1, true); a < UNITS_PER_REGION;) {
     size_t b = next_bit(r->free_bits, a, false), run = b - a;
     if (run >= n) {
@@ -95,7 +96,7 @@ static void consider_region(hak_region_t *r, size_t n, span_place_t *best) {
 
 static span_place_t find_place(size_t n) {
   span_place_t best = {NULL, 0, 0, 0, 0};
-  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+  for (region_t *r = regions; r != NULL; r = r->next) {
     if (r->free_units < n) continue;
     /* A region with fewer resident free units cannot do better. */
     if (best.region != NULL && r->dirty_free_units < best.dirty) continue;
@@ -104,20 +105,21 @@ static span_place_t find_place(size_t n) {
   }
   return best;
 }
-static bool region_is_empty(const hak_region_t *r) { return r->free_units == r->span_units; }
+static bool region_is_empty(const region_t *r) { return r->free_units == r->span_units; }
 /* 64 MiB, or under an address-space limit (ulimit -v) leaving no room for that and its
  * over-mapping, the largest power of two holding the header and `units` at that alignment. */
-static hak_region_t *region_map_new(size_t units, size_t *mapped) {
-  hak_region_t *r = os_map_aligned(*mapped = REGION_SIZE, REGION_SIZE);
+static region_t *region_map_new(size_t units, size_t *mapped) {
+  region_t *r = os_map_aligned(*mapped = REGION_SIZE, REGION_SIZE);
   for (*mapped /= 2; r == NULL && os_address_space_limited() &&
-       *mapped >= (REGION_HEADER_UNITS + HAKMEM_SECURE + units) * UNIT_SIZE; *mapped /= 2)
+                     *mapped >= (REGION_HEADER_UNITS + HAKMEM_SECURE + units) * UNIT_SIZE;
+       *mapped /= 2)
     if ((r = os_map_aligned_part(*mapped, REGION_SIZE)) != NULL)
-      return atomic_fetch_add_explicit(&hak_gstats.short_mappings, 1, memory_order_relaxed), r;
+      return atomic_fetch_add_explicit(&gstats.short_mappings, 1, memory_order_relaxed), r;
   return *mapped = REGION_SIZE, r;
 }
-static hak_region_t *region_create(size_t units) {
+static region_t *region_create(size_t units) {
   size_t mapped;
-  hak_region_t *r = region_map_new(units, &mapped);
+  region_t *r = region_map_new(units, &mapped);
   if (r == NULL) return NULL;
   slab_map_init();
   if (!slab_map_add_region(r)) {
@@ -126,7 +128,7 @@ static hak_region_t *region_create(size_t units) {
   }
   /* Faults get small pages whatever the THP mode: a dense range is collapsed (thp.c);
    * under THP `madvise` advice would only split the mapping at each collapse. */
-  if (!hak_opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, mapped, false);
+  if (!opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, mapped, false);
   r->magic = REGION_MAGIC;
   r->mapped_units = (uint32_t)(mapped / UNIT_SIZE); /* less the header and hardened guard: */
   r->span_units = r->mapped_units - REGION_HEADER_UNITS - HAKMEM_SECURE;
@@ -142,14 +144,14 @@ static hak_region_t *region_create(size_t units) {
   regions = r;
   empty_regions++;
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_REGION;
-  atomic_fetch_add_explicit(&hak_gstats.region_bytes, mapped, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.committed_est, 2 * os_page_size(), memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.region_bytes, mapped, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.committed_est, 2 * os_page_size(), memory_order_relaxed);
   return r;
 }
 
 /* An empty region leaves every list and map; nothing can reach it any more, and the
  * caller unmaps it (region_unmap_detached), with or without region_lock. */
-static void region_detach(hak_region_t *r) {
+static void region_detach(region_t *r) {
   if (r->prev) r->prev->next = r->next;
   else regions = r->next;
   if (r->next) r->next->prev = r->prev;
@@ -159,47 +161,46 @@ static void region_detach(hak_region_t *r) {
   region_map[(uintptr_t)r >> REGION_SHIFT] = MAP_NONE;
   if (r->huge_ranges) {
     size_t n = popcount64(r->huge_ranges);
-    atomic_fetch_sub_explicit(&hak_gstats.thp_huge_bytes, n * HUGE_PAGE_SIZE, memory_order_relaxed);
-    atomic_fetch_add_explicit(&hak_gstats.thp_returned_whole, n, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&gstats.thp_huge_bytes, n * HUGE_PAGE_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_returned_whole, n, memory_order_relaxed);
   }
   slab_map_remove_region(r);
-  atomic_fetch_sub_explicit(&hak_gstats.region_bytes, (size_t)r->mapped_units * UNIT_SIZE,
-                            memory_order_relaxed);
-  atomic_fetch_sub_explicit(&hak_gstats.committed_est, committed, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.released_bytes, committed, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&gstats.region_bytes, (size_t)r->mapped_units * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&gstats.committed_est, committed, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.released_bytes, committed, memory_order_relaxed);
 }
 
-void region_unmap_detached(hak_region_t *r) { os_unmap(r, (size_t)r->mapped_units * UNIT_SIZE); }
+void region_unmap_detached(region_t *r) { os_unmap(r, (size_t)r->mapped_units * UNIT_SIZE); }
 
-static void region_destroy(hak_region_t *r) {
+static void region_destroy(region_t *r) {
   region_detach(r);
   region_unmap_detached(r);
 }
 
 /* An empty region beyond HAKMEM_REGION_CACHE is unmapped once it holds no resident
  * free pages; before that it is kept, like any free memory, for reuse. */
-bool region_release_if_spare(hak_region_t *r) {
+bool region_release_if_spare(region_t *r) {
   if (!region_is_empty(r) || r->dirty_free_units != 0 || r->pins != 0 ||
-      empty_regions <= (size_t)hak_opt.region_cache)
+      empty_regions <= (size_t)opt.region_cache)
     return false;
   region_destroy(r);
   return true;
 }
 
-static void purge_units(hak_region_t *r, size_t from, size_t n) {
+static void purge_units(region_t *r, size_t from, size_t n) {
   ranges_purged(r, from, n);
   os_purge((char *)r + from * UNIT_SIZE, n * UNIT_SIZE);
   bits_set_range(r->dirty_bits, from, n, false);
   memset(&r->touched_pages[from], 0, n);
   r->dirty_free_units -= (uint32_t)n;
   region_dirty_units -= n;
-  atomic_fetch_sub_explicit(&hak_gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
-  atomic_fetch_add_explicit(&hak_gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&gstats.committed_est, n * UNIT_SIZE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.purged_bytes, n * UNIT_SIZE, memory_order_relaxed);
 }
 
-hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
+slab_t *region_alloc_span(size_t units, bool *fresh) {
   span_place_t place = find_place(units);
-  hak_region_t *r = place.region;
+  region_t *r = place.region;
   size_t first = place.first;
   if (r == NULL) {
     r = region_create(units);
@@ -215,7 +216,7 @@ hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
       r->dirty_free_units--;
       region_dirty_units--;
     } else {
-      atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+      atomic_fetch_add_explicit(&gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     }
   }
   bits_set_range(r->free_bits, first, units, false);
@@ -224,7 +225,7 @@ hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
   ranges_use(r, first, units, true);
   region_used_units += units;
   *fresh = place.dirty < units;
-  hak_slab_t *s = &r->slabs[first];
+  slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
   s->unit_idx = (uint16_t)first;
@@ -235,8 +236,8 @@ hak_slab_t *region_alloc_span(size_t units, bool *fresh) {
   return s;
 }
 
-void region_free_span(hak_slab_t *s, uint64_t now_ms) {
-  hak_region_t *r = region_of((uintptr_t)s);
+void region_free_span(slab_t *s, uint64_t now_ms) {
+  region_t *r = region_of((uintptr_t)s);
   size_t first = s->unit_idx, units = s->units;
   /* The span wrote a prefix of itself: the units past it are free and clean. */
   size_t touched = s->touched, dirty = 0, first_dirty = units;
@@ -259,8 +260,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   }
   slab_map_set(s, first, units, false);
   if (dirty < units)
-    atomic_fetch_sub_explicit(&hak_gstats.committed_est, (units - dirty) * UNIT_SIZE,
-                              memory_order_relaxed);
+    atomic_fetch_sub_explicit(&gstats.committed_est, (units - dirty) * UNIT_SIZE, memory_order_relaxed);
   bits_set_range(r->free_bits, first, units, true);
   r->free_units += (uint32_t)units;
   ranges_use(r, first, units, false);
@@ -268,7 +268,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
   region_dirty_units += dirty;
   region_used_units -= units;
   if (region_is_empty(r)) empty_regions++;
-  if (hak_opt.purge_delay_ms == 0 && dirty > 0)
+  if (opt.purge_delay_ms == 0 && dirty > 0)
     for (size_t u = first + first_dirty, run; u < first + units; u += run + 1) {
       for (run = 0; u + run < first + units && bit_get(r->dirty_bits, u + run);) run++;
       if (run) purge_units(r, u, run);
@@ -279,7 +279,7 @@ void region_free_span(hak_slab_t *s, uint64_t now_ms) {
 }
 
 /* Were all of r's resident free units freed delay_ms ago or more? */
-static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms) {
+static bool region_all_due(const region_t *r, uint64_t now_ms, long delay_ms) {
   for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
     for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
       size_t u = w * 64 + (size_t)__builtin_ctzll(m);
@@ -292,8 +292,7 @@ static bool region_all_due(const hak_region_t *r, uint64_t now_ms, long delay_ms
 /* From unit *u on, the next run of resident free units freed delay_ms ago or more: its
  * length, with *u at its start (0: none left in r). Units not due yet lower *next_due. */
 
-static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, long delay_ms,
-                           uint64_t *next_due) {
+static size_t next_due_run(const region_t *r, size_t *u, uint64_t now_ms, long delay_ms, uint64_t *next_due) {
   for (size_t a = *u; r->dirty_free_units > 0 && a < UNITS_PER_REGION; a++) {
     if (!bit_get(r->free_bits, a) || !bit_get(r->dirty_bits, a)) continue;
     size_t run = 0;
@@ -317,15 +316,15 @@ static size_t next_due_run(const hak_region_t *r, size_t *u, uint64_t now_ms, lo
 
 size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due) {
   size_t purged = 0;
-  hak_region_t *r = regions;
+  region_t *r = regions;
   while (r != NULL) {
-    hak_region_t *next = r->next;
+    region_t *next = r->next;
     /* An empty region that is not kept goes at once when its pages are due: munmap
      * frees them, a purge first would only walk them twice. */
     bool empty = region_is_empty(r);
     if (empty && r->pins == 0 &&
-        (release_regions || (empty_regions > (size_t)hak_opt.region_cache &&
-                             region_all_due(r, now_ms, delay_ms)))) {
+        (release_regions ||
+         (empty_regions > (size_t)opt.region_cache && region_all_due(r, now_ms, delay_ms)))) {
       purged += (size_t)r->dirty_free_units * UNIT_SIZE;
       region_destroy(r);
       r = next;
@@ -351,15 +350,15 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
  * thread holds out of reach at once stays small, so that a slow path's purge pass,
  * should the purge thread be slow to run, still finds the rest. */
 #define REGION_TAKE_UNITS 256
-size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max,
-                       hak_region_t **gone, size_t *gone_count, uint64_t *next_due, bool *more) {
+size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_t max, region_t **gone,
+                       size_t *gone_count, uint64_t *next_due, bool *more) {
   size_t n = 0, g = 0, taken = 0;
   *more = false;
-  hak_region_t *r = regions;
+  region_t *r = regions;
   while (r != NULL) {
-    hak_region_t *next = r->next;
+    region_t *next = r->next;
     bool empty = region_is_empty(r);
-    if (empty && r->pins == 0 && empty_regions > (size_t)hak_opt.region_cache &&
+    if (empty && r->pins == 0 && empty_regions > (size_t)opt.region_cache &&
         region_all_due(r, now_ms, delay_ms)) {
       if (g == max) {
         *more = true;
@@ -395,7 +394,7 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
 
 void region_return_purged(const region_run_t *runs, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    hak_region_t *r = runs[i].region;
+    region_t *r = runs[i].region;
     size_t from = runs[i].first, units = runs[i].units;
     bits_set_range(r->dirty_bits, from, units, false);
     memset(&r->touched_pages[from], 0, units);
@@ -404,18 +403,18 @@ void region_return_purged(const region_run_t *runs, size_t n) {
     bits_set_range(r->free_bits, from, units, true);
     r->free_units += (uint32_t)units;
     if (region_is_empty(r)) empty_regions++;
-    atomic_fetch_sub_explicit(&hak_gstats.committed_est, units * UNIT_SIZE, memory_order_relaxed);
-    atomic_fetch_add_explicit(&hak_gstats.purged_bytes, units * UNIT_SIZE, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&gstats.committed_est, units * UNIT_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.purged_bytes, units * UNIT_SIZE, memory_order_relaxed);
   }
 }
 
 /* The resident free unit freed longest ago (age measured at clock_ms), or false. Units
  * of huge pages held whole come last: the budget breaks one (counted) only when no
  * other resident free memory is left to purge. */
-bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit, uint32_t *age) {
-  hak_region_t *oldest = NULL;
+bool region_oldest_dirty(uint32_t clock_ms, region_t **region, size_t *unit, uint32_t *age) {
+  region_t *oldest = NULL;
   bool oldest_held = false;
-  for (hak_region_t *r = regions; r != NULL; r = r->next) {
+  for (region_t *r = regions; r != NULL; r = r->next) {
     if (r->dirty_free_units == 0) continue;
     for (size_t w = 0; w < UNITS_PER_REGION / 64; w++) {
       for (uint64_t m = r->free_bits[w] & r->dirty_bits[w]; m != 0; m &= m - 1) {
@@ -437,14 +436,12 @@ bool region_oldest_dirty(uint32_t clock_ms, hak_region_t **region, size_t *unit,
 
 /* Purges `need` units from the resident free unit `at` and its resident free
  * neighbours (fewer if the run is shorter); the region goes if it is now spare. */
-void region_purge_around(hak_region_t *r, size_t at, size_t need) {
+void region_purge_around(region_t *r, size_t at, size_t need) {
   size_t from = at, to = at + 1;
-  atomic_fetch_add_explicit(&hak_gstats.purge_budget_runs, 1, memory_order_relaxed);
-  while (to - from < need && to < UNITS_PER_REGION && bit_get(r->free_bits, to) &&
-         bit_get(r->dirty_bits, to))
+  atomic_fetch_add_explicit(&gstats.purge_budget_runs, 1, memory_order_relaxed);
+  while (to - from < need && to < UNITS_PER_REGION && bit_get(r->free_bits, to) && bit_get(r->dirty_bits, to))
     to++;
-  while (to - from < need && bit_get(r->free_bits, from - 1) && bit_get(r->dirty_bits, from - 1))
-    from--;
+  while (to - from < need && bit_get(r->free_bits, from - 1) && bit_get(r->dirty_bits, from - 1)) from--;
   purge_units(r, from, to - from);
   region_release_if_spare(r);
 }
@@ -453,13 +450,13 @@ void region_purge_around(hak_region_t *r, size_t at, size_t need) {
 void region_map_unmap(uintptr_t base, size_t map_size) {
   for (uintptr_t c = base; c < base + map_size; c += REGION_SIZE) region_map[c >> REGION_SHIFT] = MAP_NONE;
   os_unmap((void *)base, map_size);
-  atomic_fetch_add_explicit(&hak_gstats.released_bytes, map_size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&gstats.released_bytes, map_size, memory_order_relaxed);
 }
 
 /* Grow a span in place over the free units right after it. Returns the new unit count
  * or 0 when they are not free. */
-size_t region_grow_span(hak_slab_t *s, size_t new_units) {
-  hak_region_t *r = region_of((uintptr_t)s);
+size_t region_grow_span(slab_t *s, size_t new_units) {
+  region_t *r = region_of((uintptr_t)s);
   size_t end = (size_t)s->unit_idx + s->units, want_end = (size_t)s->unit_idx + new_units;
   if (want_end > UNITS_PER_REGION) return 0;
   for (size_t u = end; u < want_end; u++)
@@ -469,7 +466,7 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
       r->dirty_free_units--;
       region_dirty_units--;
       r->touched_pages[u] = 0;
-    } else atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+    } else atomic_fetch_add_explicit(&gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     __atomic_store_n(&r->unit_map[u], s, __ATOMIC_RELAXED);
   }
   slab_map_set(s, end, want_end - end, true);
@@ -483,11 +480,11 @@ size_t region_grow_span(hak_slab_t *s, size_t new_units) {
 }
 
 /* Cuts s to new_units; returns the tail's descriptor, for the caller to free, or NULL. */
-hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units) {
-  hak_region_t *r = region_of((uintptr_t)s);
+slab_t *region_shrink_span(slab_t *s, size_t new_units) {
+  region_t *r = region_of((uintptr_t)s);
   size_t from = (size_t)s->unit_idx + new_units, n = s->units - new_units;
   if (n == 0) return NULL;
-  hak_slab_t *tail = &r->slabs[from];
+  slab_t *tail = &r->slabs[from];
   size_t keep = new_units * UNIT_SIZE;
   memset(tail, 0, sizeof *tail);
   tail->units = (uint16_t)n;
@@ -497,4 +494,3 @@ hak_slab_t *region_shrink_span(hak_slab_t *s, size_t new_units) {
   s->units = (uint16_t)new_units;
   return tail;
 }
-

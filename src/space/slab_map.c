@@ -23,7 +23,7 @@ size_t slab_map_units;
 #define MAP_PAGE_BYTES (UNITS_PER_REGION * sizeof(uintptr_t)) /* 8 KiB: one region */
 
 _Static_assert(MAP_PAGE_BYTES % 4096 == 0, "a region's entries must fill whole pages");
-_Static_assert(sizeof(hak_slab_t) <= UNITS_PER_REGION * sizeof(uintptr_t),
+_Static_assert(sizeof(slab_t) <= UNITS_PER_REGION * sizeof(uintptr_t),
                "the zero descriptor must lie in the entries of region 0");
 
 /* Once: regions mapped without the map have no writable entries, so a map reserved
@@ -38,23 +38,21 @@ void slab_map_init(void) {
   __atomic_store_n(&slab_map_units, SLAB_MAP_UNITS, __ATOMIC_RELEASE);
 }
 
-static uintptr_t *region_entries(const hak_region_t *r) {
-  return slab_map + ((uintptr_t)r >> UNIT_SHIFT);
-}
+static uintptr_t *region_entries(const region_t *r) { return slab_map + ((uintptr_t)r >> UNIT_SHIFT); }
 
-bool slab_map_add_region(const hak_region_t *r) {
+bool slab_map_add_region(const region_t *r) {
   if (slab_map == NULL) return true;
   return os_set_writable(region_entries(r), MAP_PAGE_BYTES, true);
 }
 
-void slab_map_remove_region(const hak_region_t *r) {
+void slab_map_remove_region(const region_t *r) {
   if (slab_map == NULL) return;
   uintptr_t *e = region_entries(r);
   os_purge(e, MAP_PAGE_BYTES); /* reads as zero again */
   os_set_writable(e, MAP_PAGE_BYTES, false);
 }
 
-void slab_map_set(const hak_slab_t *s, size_t first, size_t units, bool live) {
+void slab_map_set(const slab_t *s, size_t first, size_t units, bool live) {
   if (slab_map == NULL) return;
   uintptr_t *e = region_entries(region_of((uintptr_t)s)) + first;
   uintptr_t v = live ? (uintptr_t)s - (uintptr_t)slab_map : 0;

@@ -4,24 +4,24 @@
 
 #include "space/space.h"
 
-hak_slab_t *span_alloc(size_t units) {
+slab_t *span_alloc(size_t units) {
   if (!limit_admit(units * UNIT_SIZE)) return NULL;
   bool fresh;
-  hak_slab_t *s = region_alloc_span(units, &fresh);
+  slab_t *s = region_alloc_span(units, &fresh);
   if (s == NULL) return NULL;
   if (HAKMEM_SECURE && fresh) secure_open_units(s, 0, units); /* some never taken before */
   purge_note_span_taken(units * UNIT_SIZE, fresh);
   return s;
 }
 
-void span_free(hak_slab_t *s, uint64_t now_ms) { span_free_since(s, now_ms, now_ms); }
+void span_free(slab_t *s, uint64_t now_ms) { span_free_since(s, now_ms, now_ms); }
 
-void span_free_since(hak_slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
+void span_free_since(slab_t *s, uint64_t freed_ms, uint64_t now_ms) {
   region_free_span(s, freed_ms);
   purge_note_span_freed(freed_ms, now_ms);
 }
 
-bool span_grow(hak_slab_t *s, size_t new_units) {
+bool span_grow(slab_t *s, size_t new_units) {
   if (new_units > s->units && !limit_admit((new_units - s->units) * UNIT_SIZE)) return false;
   size_t old_units = s->units;
   if (region_grow_span(s, new_units) == 0) return false;
@@ -30,7 +30,7 @@ bool span_grow(hak_slab_t *s, size_t new_units) {
   return true;
 }
 
-void span_shrink(hak_slab_t *s, size_t new_units, uint64_t now_ms) {
-  hak_slab_t *tail = region_shrink_span(s, new_units);
+void span_shrink(slab_t *s, size_t new_units, uint64_t now_ms) {
+  slab_t *tail = region_shrink_span(s, new_units);
   if (tail != NULL) span_free(tail, now_ms);
 }

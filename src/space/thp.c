@@ -44,13 +44,13 @@
  * (secure_hooks.c), and a collapse fails on a range that holds one. */
 #define COLLAPSE_MIN_RESIDENT (HAKMEM_SECURE ? RANGE_UNITS : RANGE_UNITS * 7 / 8)
 #define THP_LOOK_MS 1000u
-#define THP_LOOK_FULL_MS 100u /* a range all in spans: looked at again this soon */
+#define THP_LOOK_FULL_MS 100u           /* a range all in spans: looked at again this soon */
 #define THP_GROW_MIN ((size_t)32 << 20) /* in spans, before fresh ranges are made huge */
 #define THP_FRESH_MAX 16                /* fresh ranges made huge in a pass, at most */
 
 size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max) {
   size_t n = 0;
-  for (hak_region_t *r = regions; r != NULL && n < max; r = r->next) {
+  for (region_t *r = regions; r != NULL && n < max; r = r->next) {
     for (size_t g = 0; g < RANGES_PER_REGION && n < max; g++) {
       uint32_t bit = (uint32_t)1 << g;
       bool unadvise = r->unadvise_ranges & bit;
@@ -68,8 +68,9 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
       }
       r->unadvise_ranges &= ~bit;
       r->pins++;
-      out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], unadvise, false, r->range_used[g],
-                                  r->range_seen_pages[g], r->range_seen_used[g], 0};
+      out[n++] = (region_range_t){r,     (uint32_t)g,      r->range_purges[g],     unadvise,
+                                  false, r->range_used[g], r->range_seen_pages[g], r->range_seen_used[g],
+                                  0};
     }
   }
   return n;
@@ -77,13 +78,14 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
 
 size_t region_thp_fresh(region_range_t *out, size_t max) {
   size_t n = 0;
-  for (hak_region_t *r = regions; r != NULL && n < max; r = r->next) {
+  for (region_t *r = regions; r != NULL && n < max; r = r->next) {
     if (r->free_units < RANGE_UNITS || r->dirty_free_units + RANGE_UNITS > r->free_units) continue;
     for (size_t g = 1; g < RANGES_PER_REGION && n < max; g++) {
       uint32_t bit = (uint32_t)1 << g;
       size_t first = g * RANGE_UNITS;
       if (r->range_used[g] != 0 || ((r->huge_ranges | r->advised_ranges | r->unadvise_ranges) & bit) ||
-          first + RANGE_UNITS > r->mapped_units || count_bits(r->free_bits, first, RANGE_UNITS) != RANGE_UNITS ||
+          first + RANGE_UNITS > r->mapped_units ||
+          count_bits(r->free_bits, first, RANGE_UNITS) != RANGE_UNITS ||
           count_bits(r->dirty_bits, first, RANGE_UNITS) != 0)
         continue;
       r->pins++;
@@ -94,18 +96,18 @@ size_t region_thp_fresh(region_range_t *out, size_t max) {
 }
 
 void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint32_t now_ms) {
-  hak_region_t *r = c->region;
+  region_t *r = c->region;
   size_t g = c->range;
   uint32_t bit = (uint32_t)1 << g;
   bool unchanged = r->range_purges[g] == c->purges; /* nothing in it purged meanwhile */
-  if (outcome == THP_NOT_DONE && c->pages != 0) { /* what this look saw, for the next */
+  if (outcome == THP_NOT_DONE && c->pages != 0) {   /* what this look saw, for the next */
     r->range_seen_pages[g] = c->pages;
     r->range_seen_used[g] = c->used;
   }
   if (outcome == THP_COLLAPSED && unchanged) {
     /* Every page of the range is resident now; the ones no span wrote read as zero. */
     r->huge_ranges |= bit;
-    atomic_fetch_add_explicit(&hak_gstats.thp_huge_bytes, HUGE_PAGE_SIZE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_huge_bytes, HUGE_PAGE_SIZE, memory_order_relaxed);
     for (size_t u = g * RANGE_UNITS; u < (g + 1) * RANGE_UNITS; u++) {
       if (!bit_get(r->free_bits, u) || bit_get(r->dirty_bits, u)) continue;
       bits_set_range(r->dirty_bits, u, 1, true);
@@ -113,7 +115,7 @@ void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint
       r->freed_ms[u] = now_ms;
       r->dirty_free_units++;
       region_dirty_units++;
-      atomic_fetch_add_explicit(&hak_gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
+      atomic_fetch_add_explicit(&gstats.committed_est, UNIT_SIZE, memory_order_relaxed);
     }
   } else if (outcome == THP_ADVISED) {
     if (unchanged) r->advised_ranges |= bit;
@@ -127,8 +129,7 @@ void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint
  * batch (no span taken or given back there, nothing purged)? */
 bool region_thp_still_dense(const region_range_t *c) {
   pthread_mutex_lock(&region_lock);
-  bool dense = c->region->range_used[c->range] == c->used &&
-               c->region->range_purges[c->range] == c->purges;
+  bool dense = c->region->range_used[c->range] == c->used && c->region->range_purges[c->range] == c->purges;
   pthread_mutex_unlock(&region_lock);
   return dense;
 }
@@ -145,20 +146,20 @@ static region_thp_outcome_t thp_do(region_range_t *c) {
     os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
     return THP_NOT_DONE;
   }
-  bool missing = hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed);
+  bool missing = opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed);
   if (c->fresh) {
     /* Populating a page, and collapsing, keep what a span taken meanwhile wrote there. */
     if (missing || !os_populate(p, os_page_size())) return THP_NOT_DONE;
     os_collapse_t how = os_collapse(p, HUGE_PAGE_SIZE, false);
     if (how != OS_COLLAPSED) {
-      atomic_fetch_add_explicit(&hak_gstats.thp_failed, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&gstats.thp_failed, 1, memory_order_relaxed);
       if (how == OS_COLLAPSE_ADVISED) { /* no MADV_COLLAPSE: no advice left for faults there */
         os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
         if (os_thp_allowed()) atomic_store_explicit(&collapse_missing, true, memory_order_relaxed);
       }
       return THP_NOT_DONE;
     }
-    atomic_fetch_add_explicit(&hak_gstats.thp_fresh, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_fresh, 1, memory_order_relaxed);
     return THP_COLLAPSED;
   }
   if (!region_thp_still_dense(c)) return THP_NOT_DONE;
@@ -169,19 +170,19 @@ static region_thp_outcome_t thp_do(region_range_t *c) {
     return THP_NOT_DONE; /* not dense, or still changing: looked at again later */
   switch (os_collapse(p, HUGE_PAGE_SIZE, missing)) {
   case OS_COLLAPSED:
-    atomic_fetch_add_explicit(&hak_gstats.thp_collapsed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_collapsed, 1, memory_order_relaxed);
     return THP_COLLAPSED;
   case OS_COLLAPSE_ADVISED:
-    atomic_fetch_add_explicit(&hak_gstats.thp_failed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_failed, 1, memory_order_relaxed);
     if (!os_thp_allowed()) { /* PR_SET_THP_DISABLE since the pass began */
       os_set_huge_pages(p, HUGE_PAGE_SIZE, false);
       return THP_NOT_DONE;
     }
     atomic_store_explicit(&collapse_missing, true, memory_order_relaxed);
-    atomic_fetch_add_explicit(&hak_gstats.thp_advised, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_advised, 1, memory_order_relaxed);
     return THP_ADVISED;
   case OS_COLLAPSE_FAILED: /* no free huge page now (EAGAIN, ENOMEM): later, maybe */
-    atomic_fetch_add_explicit(&hak_gstats.thp_failed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gstats.thp_failed, 1, memory_order_relaxed);
     return THP_NOT_DONE;
   }
   return THP_NOT_DONE;
@@ -195,7 +196,7 @@ static size_t thp_last_used;
 static size_t fresh_wanted(bool allowed) {
   size_t used = region_used_units, grown = used > thp_last_used ? used - thp_last_used : 0;
   thp_last_used = used;
-  if (!allowed || hak_opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed) ||
+  if (!allowed || opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed) ||
       used * UNIT_SIZE < THP_GROW_MIN)
     return 0;
   size_t target = grown < used / 32 ? grown : used / 32;
@@ -204,14 +205,14 @@ static size_t fresh_wanted(bool allowed) {
 }
 
 size_t thp_pass(uint64_t now_ms) {
-  if (!hak_opt.thp) return 0;
+  if (!opt.thp) return 0;
   bool allowed = os_thp_allowed();
   region_range_t c[THP_FRESH_MAX + THP_BATCH];
   region_thp_outcome_t out[THP_FRESH_MAX + THP_BATCH];
   pthread_mutex_lock(&region_lock);
   size_t n = region_thp_fresh(c, fresh_wanted(allowed));
-  n += region_thp_candidates((uint32_t)now_ms, allowed && region_thp_min_in_use(THP_MIN_IN_USE),
-                             c + n, THP_BATCH);
+  n += region_thp_candidates((uint32_t)now_ms, allowed && region_thp_min_in_use(THP_MIN_IN_USE), c + n,
+                             THP_BATCH);
   pthread_mutex_unlock(&region_lock);
   size_t collapsed = 0;
   for (size_t i = 0; i < n; i++) {

@@ -15,10 +15,9 @@
  * rest of the class it is in): the owner's slow paths wait for the lock no longer. */
 #define WALK_HOLD_SLABS 256
 
-static size_t walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, uint32_t c,
-                         stats_walk_t *w) {
+static size_t walk_queue(const slab_queue_t *q, const slab_t *pinned, uint32_t c, stats_walk_t *w) {
   size_t limit = q->count + 1, seen = 0;
-  for (const hak_slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next, seen++) {
+  for (const slab_t *s = q->head; s != NULL && limit-- > 0; s = s->next, seen++) {
     /* Neither the pin nor frees waiting in the remote list are live blocks. */
     uintptr_t remote = atomic_load_explicit(&s->remote, memory_order_relaxed);
     uint32_t waiting = (uint32_t)(remote >> REMOTE_COUNT_SHIFT);
@@ -39,9 +38,9 @@ static size_t walk_queue(const hak_slab_queue_t *q, const hak_slab_t *pinned, ui
 void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end) {
   memset(w, 0, sizeof *w);
   if (end > NUM_CLASSES) end = NUM_CLASSES;
-  if (atomic_load_explicit(&hak_init_state, memory_order_acquire) != 2 || first >= end) return;
+  if (atomic_load_explicit(&init_state, memory_order_acquire) != 2 || first >= end) return;
   /* The caller's own frees into other heaps' slabs count as done: hand them over. */
-  if (hak_tls_heap != &hak_heap_empty) heap_remote_flush(hak_tls_heap);
+  if (tls_heap != &empty_heap) heap_remote_flush(tls_heap);
   /* Quarantined blocks are freed, not reusable: subtracted once every heap is walked
    * (a heap's quarantine holds blocks of other heaps' slabs too). */
   uint64_t quarantined[NUM_CLASSES] = {0};
@@ -58,7 +57,7 @@ void stats_walk(stats_walk_t *w, uint32_t first, uint32_t end) {
     if (HAKMEM_SECURE) { /* freed, not reusable */
       pthread_mutex_lock(&h->lock);
       for (uint32_t i = 0; i < QUARANTINE_SLOTS; i++) {
-        hak_block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
+        block_t *q = __atomic_load_n(&h->quarantine[i], __ATOMIC_RELAXED);
         if (q == NULL) continue;
         /* Its owner may have released it since: the figure may be stale. */
         uint32_t c = __atomic_load_n(&region_slab_of_racy((uintptr_t)q)->class_idx, __ATOMIC_RELAXED);
@@ -85,33 +84,33 @@ static void gather(totals_t *t) {
   stats_walk(&t->w, 0, NUM_CLASSES);
   t->small_in_use = 0;
   for (unsigned c = 0; c < NUM_CLASSES; c++) t->small_in_use += t->w.live[c] * class_size[c];
-  t->large_in_use = atomic_load_explicit(&hak_gstats.large_in_use, memory_order_relaxed);
-  t->huge_mapped = atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
+  t->large_in_use = atomic_load_explicit(&gstats.large_in_use, memory_order_relaxed);
+  t->huge_mapped = atomic_load_explicit(&gstats.huge_mapped, memory_order_relaxed);
 }
 
 static void info_of(const totals_t *t, hak_info_t *info) {
   info->in_use = t->small_in_use + t->large_in_use + t->huge_mapped;
-  size_t peak = atomic_load_explicit(&hak_gstats.peak_in_use, memory_order_relaxed);
+  size_t peak = atomic_load_explicit(&gstats.peak_in_use, memory_order_relaxed);
   info->peak_in_use = peak > info->in_use ? peak : info->in_use;
-  info->mapped = atomic_load_explicit(&hak_gstats.region_bytes, memory_order_relaxed) + t->huge_mapped;
-  info->committed = atomic_load_explicit(&hak_gstats.committed_est, memory_order_relaxed) + t->huge_mapped;
-  info->released = atomic_load_explicit(&hak_gstats.purged_bytes, memory_order_relaxed) +
-                   atomic_load_explicit(&hak_gstats.released_bytes, memory_order_relaxed);
+  info->mapped = atomic_load_explicit(&gstats.region_bytes, memory_order_relaxed) + t->huge_mapped;
+  info->committed = atomic_load_explicit(&gstats.committed_est, memory_order_relaxed) + t->huge_mapped;
+  info->released = atomic_load_explicit(&gstats.purged_bytes, memory_order_relaxed) +
+                   atomic_load_explicit(&gstats.released_bytes, memory_order_relaxed);
 }
 
-hak_export void hak_get_info(hak_info_t *info) {
+HAK_EXPORT void hak_get_info(hak_info_t *info) {
   totals_t t;
   gather(&t);
   info_of(&t, info);
 }
 
 #ifdef __GLIBC__ /* struct mallinfo2 is glibc's (2.33); musl has no mallinfo */
-struct mallinfo2 hak_mallinfo2(void) {
+struct mallinfo2 stats_mallinfo2(void) {
   hak_info_t info;
   hak_get_info(&info);
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
-  size_t huge = atomic_load_explicit(&hak_gstats.huge_mapped, memory_order_relaxed);
+  size_t huge = atomic_load_explicit(&gstats.huge_mapped, memory_order_relaxed);
   mi.arena = info.mapped - huge;
   mi.hblkhd = huge;
   mi.uordblks = info.in_use > huge ? info.in_use - huge : 0;
@@ -138,13 +137,13 @@ void whole_report_put(whole_report_t *r, const char *text, size_t n) {
       r->at = grown;
       r->cap = 2 * (r->len + n);
     } else { /* no memory for the rest: what is gathered goes now, the rest as it comes */
-      hak_write_fd(r->fd, r->at, r->len);
+      error_write_fd(r->fd, r->at, r->len);
       munmap(r->at, r->cap);
       r->at = NULL;
     }
   }
   if (r->at == NULL) {
-    hak_write_fd(r->fd, text, n);
+    error_write_fd(r->fd, text, n);
     return;
   }
   memcpy(r->at + r->len, text, n);
@@ -153,7 +152,7 @@ void whole_report_put(whole_report_t *r, const char *text, size_t n) {
 
 void whole_report_close(whole_report_t *r) {
   if (r->at == NULL) return;
-  hak_write_fd(r->fd, r->at, r->len);
+  error_write_fd(r->fd, r->at, r->len);
   munmap(r->at, r->cap);
   r->at = NULL;
 }
@@ -174,7 +173,7 @@ static void out(FILE *f, const char *fmt, ...) {
   if (f == stderr && report_whole != NULL) {
     whole_report_put(report_whole, buf, (size_t)n);
   } else if (f == stderr) {
-    hak_write_fd(2, buf, (size_t)n);
+    error_write_fd(2, buf, (size_t)n);
   } else {
     fwrite(buf, 1, (size_t)n, f);
   }
@@ -197,68 +196,84 @@ void stats_print(FILE *f) {
     out(f, "  %-8u %10u %12llu %10llu %12llu\n", c, class_size[c], (unsigned long long)t.w.live[c],
         (unsigned long long)t.w.slabs[c], (unsigned long long)(t.w.live[c] * class_size[c]));
   }
-  out(f, "  tiers: small+mid %.2f MiB live, large %.2f MiB live (%llu allocated in all, %.2f MiB prefaulted), huge %.2f MiB mapped (%llu in all)\n",
-      mib(t.small_in_use), mib(t.large_in_use),
-      (unsigned long long)atomic_load(&hak_gstats.large_allocs),
-      mib(atomic_load(&hak_gstats.large_prefaulted)), mib(t.huge_mapped),
-      (unsigned long long)atomic_load(&hak_gstats.huge_allocs));
-  out(f, "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f MiB (%.2f purged, %.2f unmapped)\n",
+  out(f,
+      "  tiers: small+mid %.2f MiB live, large %.2f MiB live (%llu allocated in all, %.2f MiB prefaulted), "
+      "huge %.2f MiB mapped (%llu in all)\n",
+      mib(t.small_in_use), mib(t.large_in_use), (unsigned long long)atomic_load(&gstats.large_allocs),
+      mib(atomic_load(&gstats.large_prefaulted)), mib(t.huge_mapped),
+      (unsigned long long)atomic_load(&gstats.huge_allocs));
+  out(f,
+      "  in use %.2f MiB, peak committed %.2f MiB, mapped %.2f MiB, committed %.2f MiB, returned to OS %.2f "
+      "MiB (%.2f purged, %.2f unmapped)\n",
       mib(info.in_use), mib(info.peak_in_use), mib(info.mapped), mib(info.committed), mib(info.released),
-      mib(atomic_load(&hak_gstats.purged_bytes)), mib(atomic_load(&hak_gstats.released_bytes)));
-  out(f, "  limits: soft %.2f MiB, hard %.2f MiB (0: none), %llu give-backs, %llu allocations refused; resident anonymous memory (the kernel's count) %.2f MiB\n",
-      mib((size_t)hak_opt.limit_soft), mib((size_t)hak_opt.limit_hard),
+      mib(atomic_load(&gstats.purged_bytes)), mib(atomic_load(&gstats.released_bytes)));
+  out(f,
+      "  limits: soft %.2f MiB, hard %.2f MiB (0: none), %llu give-backs, %llu allocations refused; resident "
+      "anonymous memory (the kernel's count) %.2f MiB\n",
+      mib((size_t)opt.limit_soft), mib((size_t)opt.limit_hard),
       (unsigned long long)atomic_load(&limit_give_backs), (unsigned long long)atomic_load(&limit_refused),
       mib(os_rss_anon()));
-  uint64_t started = atomic_load(&hak_gstats.threads_started);
-  uint64_t exited = atomic_load(&hak_gstats.threads_exited);
+  uint64_t started = atomic_load(&gstats.threads_started);
+  uint64_t exited = atomic_load(&gstats.threads_exited);
   out(f, "  remote frees: %llu blocks in %llu pushes\n", (unsigned long long)stats_remote_total(true),
       (unsigned long long)stats_remote_total(false));
-  out(f, "  purging: %llu passes, %llu by the budget; %llu madvise calls over %.2f MiB; purge thread: %llu passes (%llu woken early), %llu idle heaps trimmed\n",
-      (unsigned long long)atomic_load(&hak_gstats.purge_passes),
-      (unsigned long long)atomic_load(&hak_gstats.purge_budget_runs),
+  out(f,
+      "  purging: %llu passes, %llu by the budget; %llu madvise calls over %.2f MiB; purge thread: %llu "
+      "passes (%llu woken early), %llu idle heaps trimmed\n",
+      (unsigned long long)atomic_load(&gstats.purge_passes),
+      (unsigned long long)atomic_load(&gstats.purge_budget_runs),
       (unsigned long long)atomic_load(&os_purge_calls), mib(atomic_load(&os_purge_bytes)),
       (unsigned long long)purge_thread_count(PT_PASSES), (unsigned long long)purge_thread_count(PT_WOKEN),
       (unsigned long long)purge_thread_count(PT_TRIMS));
-  out(f, "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu collapse failures, %llu left to khugepaged, %llu given back whole, %llu broken by purging\n",
-      mib(atomic_load(&hak_gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&hak_gstats.thp_collapsed),
-      (unsigned long long)atomic_load(&hak_gstats.thp_fresh),
-      (unsigned long long)atomic_load(&hak_gstats.thp_failed),
-      (unsigned long long)atomic_load(&hak_gstats.thp_advised),
-      (unsigned long long)atomic_load(&hak_gstats.thp_returned_whole),
-      (unsigned long long)atomic_load(&hak_gstats.thp_broken));
-  out(f, "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; %llu slabs adopted, %llu taken back from idle heaps\n",
+  out(f,
+      "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu collapse failures, "
+      "%llu left to khugepaged, %llu given back whole, %llu broken by purging\n",
+      mib(atomic_load(&gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&gstats.thp_collapsed),
+      (unsigned long long)atomic_load(&gstats.thp_fresh), (unsigned long long)atomic_load(&gstats.thp_failed),
+      (unsigned long long)atomic_load(&gstats.thp_advised),
+      (unsigned long long)atomic_load(&gstats.thp_returned_whole),
+      (unsigned long long)atomic_load(&gstats.thp_broken));
+  out(f,
+      "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by "
+      "a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; "
+      "%llu slabs adopted, %llu taken back from idle heaps\n",
       (unsigned long long)(started > exited ? started - exited : 0), (unsigned long long)exited,
-      (unsigned long long)atomic_load(&hak_gstats.heaps_created),
-      (unsigned long long)atomic_load(&hak_gstats.heaps_taken_over),
-      (unsigned long long)atomic_load(&hak_gstats.heaps_taken_by_free),
-      (unsigned long long)atomic_load(&hak_gstats.heap_waits),
-      (unsigned long long)atomic_load(&hak_gstats.heap_waits_in_vain),
-      (unsigned long long)atomic_load(&hak_gstats.heaps_dissolved),
-      (unsigned long long)atomic_load(&hak_gstats.slabs_adopted),
-      (unsigned long long)atomic_load(&hak_gstats.slabs_reclaimed_idle));
+      (unsigned long long)atomic_load(&gstats.heaps_created),
+      (unsigned long long)atomic_load(&gstats.heaps_taken_over),
+      (unsigned long long)atomic_load(&gstats.heaps_taken_by_free),
+      (unsigned long long)atomic_load(&gstats.heap_waits),
+      (unsigned long long)atomic_load(&gstats.heap_waits_in_vain),
+      (unsigned long long)atomic_load(&gstats.heaps_dissolved),
+      (unsigned long long)atomic_load(&gstats.slabs_adopted),
+      (unsigned long long)atomic_load(&gstats.slabs_reclaimed_idle));
   bool map_reserved = __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
-  out(f, "  slab map: %s\n", map_reserved ? "reserved (free's fast path)"
-                                        : "not reserved (every free asks the region header)");
-  uint64_t short_maps = atomic_load(&hak_gstats.short_mappings);
+  out(f, "  slab map: %s\n",
+      map_reserved ? "reserved (free's fast path)" : "not reserved (every free asks the region header)");
+  uint64_t short_maps = atomic_load(&gstats.short_mappings);
   if (short_maps != 0)
-    out(f, "  address space: %llu regions or heap chunks mapped short of 64 MiB (an address-space "
-        "limit, ulimit -v)\n", (unsigned long long)short_maps);
-  out(f, "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
+    out(f,
+        "  address space: %llu regions or heap chunks mapped short of 64 MiB (an address-space "
+        "limit, ulimit -v)\n",
+        (unsigned long long)short_maps);
+  out(f,
+      "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
       "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s limit_soft=%ld "
       "limit_hard=%ld limit_from_cgroup=%d\n",
-      __atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED),
-      __atomic_load_n(&hak_opt.region_cache, __ATOMIC_RELAXED), (int)hak_opt.thp,
-      __atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED) ? "json"
-      : __atomic_load_n(&hak_opt.stats, __ATOMIC_RELAXED)    ? "1" : "0",
-      (int)hak_opt.background, (int)hak_opt.prof, hak_opt.prof_rate, hak_opt.prof_peak_step,
-      (int)hak_opt.prof_leaks, hak_opt.prof_prefix ? hak_opt.prof_prefix : "(default)",
-      hak_opt.stats_file ? hak_opt.stats_file : "(stderr)",
-      __atomic_load_n(&hak_opt.limit_soft, __ATOMIC_RELAXED),
-      __atomic_load_n(&hak_opt.limit_hard, __ATOMIC_RELAXED), (int)hak_opt.limit_from_cgroup);
+      __atomic_load_n(&opt.purge_delay_ms, __ATOMIC_RELAXED),
+      __atomic_load_n(&opt.region_cache, __ATOMIC_RELAXED), (int)opt.thp,
+      __atomic_load_n(&opt.stats_json, __ATOMIC_RELAXED) ? "json"
+      : __atomic_load_n(&opt.stats, __ATOMIC_RELAXED)    ? "1"
+                                                         : "0",
+      (int)opt.background, (int)opt.prof, opt.prof_rate, opt.prof_peak_step, (int)opt.prof_leaks,
+      opt.prof_prefix ? opt.prof_prefix : "(default)", opt.stats_file ? opt.stats_file : "(stderr)",
+      __atomic_load_n(&opt.limit_soft, __ATOMIC_RELAXED), __atomic_load_n(&opt.limit_hard, __ATOMIC_RELAXED),
+      (int)opt.limit_from_cgroup);
   hak_prof_info_t prof;
   hak_prof_get_info(&prof);
   if (prof.table_bytes != 0)
-    out(f, "  profiler: %s, rate %zu, %llu samples, %zu stacks, %zu live (%.2f MiB est.), %llu dropped; tables %.2f MiB mapped\n",
+    out(f,
+        "  profiler: %s, rate %zu, %llu samples, %zu stacks, %zu live (%.2f MiB est.), %llu dropped; tables "
+        "%.2f MiB mapped\n",
         prof.active ? "on" : "off", prof.rate, (unsigned long long)prof.samples, prof.stacks,
         prof.live_samples, mib(prof.live_bytes_estimate), (unsigned long long)prof.dropped,
         mib(prof.table_bytes));
@@ -278,5 +293,5 @@ void stats_print_at_exit(void) {
   options_report_done(fd);
 }
 
-hak_export void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }
-hak_export void hak_malloc_stats(void) { stats_print(stderr); }
+HAK_EXPORT void hak_stats_print(FILE *f) { stats_print(f ? f : stderr); }
+HAK_EXPORT void hak_malloc_stats(void) { stats_print(stderr); }

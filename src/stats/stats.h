@@ -3,6 +3,7 @@
 #define HAKMEM_STATS_H
 
 #include "heap/heap.h"
+#include "hakmem.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -39,8 +40,45 @@ void whole_report_open(whole_report_t *r, int fd);
 void whole_report_put(whole_report_t *r, const char *text, size_t n);
 void whole_report_close(whole_report_t *r); /* writes it all, unmaps */
 #ifdef __GLIBC__
-struct mallinfo2 hak_mallinfo2(void);
+struct mallinfo2 stats_mallinfo2(void);
 #endif
+
+/* ---- ctl_names.c: the table of names ------------------------------------------------
+ * What each name reads (the figure) and which classes it needs walked. */
+/* A row of related figures per line. */
+/* clang-format off */
+enum figure {
+  F_IN_USE, F_PEAK, F_MAPPED, F_COMMITTED, F_RELEASED,
+  F_SMALL_BLOCKS, F_SMALL_BYTES, F_SMALL_SLABS, F_MID_BLOCKS, F_MID_BYTES, F_MID_SLABS,
+  F_LARGE_BYTES, F_LARGE_ALLOCS, F_LARGE_PREFAULTED, F_HUGE_BYTES, F_HUGE_ALLOCS,
+  F_CLASS_SIZE, F_CLASS_BLOCKS, F_CLASS_SLABS, F_CLASS_BYTES,
+  F_REMOTE_PUSHES, F_REMOTE_BLOCKS,
+  F_PURGE_PASSES, F_PURGE_BUDGET, F_MADVISE_CALLS, F_MADVISE_BYTES, F_PURGED, F_UNMAPPED,
+  F_PURGE_THREADS, F_PURGE_THREAD_PASSES, F_PURGE_THREAD_WOKEN, F_PURGE_THREAD_TRIMS,
+  F_THP_BYTES, F_THP_COLLAPSED, F_THP_FRESH, F_THP_FAILED, F_THP_ADVISED, F_THP_WHOLE, F_THP_BROKEN,
+  F_THREADS_ALIVE, F_THREADS_EXITED,
+  F_HEAPS_CREATED, F_HEAPS_TAKEN, F_HEAPS_BY_FREE, F_HEAP_WAITS, F_HEAP_WAITS_VAIN,
+  F_HEAPS_DISSOLVED,
+  F_SLABS_ADOPTED, F_SLABS_IDLE, F_SLAB_MAP,
+  F_OPT_PURGE_DELAY, F_OPT_REGION_CACHE, F_OPT_THP, F_OPT_STATS, F_OPT_BACKGROUND,
+  F_BUILD_SECURE, F_BUILD_DEBUG, F_BUILD_CLASSES, F_BUILD_VALGRIND, F_BUILD_VERSION, F_BUILD_MUSL,
+  F_BUILD_SHARED, F_CHECKER_MEMCHECK, F_CHECKER_SANITIZER,
+  F_OS_UNMAP_REFUSED, F_OS_RSS_ANON, F_LIMIT_SOFT, F_LIMIT_HARD, F_LIMIT_CGROUP, F_LIMIT_COMMITTED,
+  F_LIMIT_GIVE_BACKS, F_LIMIT_REFUSED, F_DEBUG_FAULTS, F_DEBUG_FAULT_CALLS,
+};
+
+/* Which classes a figure needs walked. */
+enum walk { W_NONE, W_ALL, W_SMALL, W_MID, W_CLASS };
+
+/* clang-format on */
+typedef struct ctl_entry {
+  hak_ctl_desc_t d; /* first: hak_ctl_describe hands out its address */
+  uint8_t figure, walk;
+} ctl_entry_t;
+/* The names, in the order of the JSON report. */
+#define CLASS_PREFIX "class.<n>." /* the per-class names */
+extern const ctl_entry_t ctl_table[];
+extern const size_t ctl_table_size;
 
 /* ---- ctl.c: figures and options by name ------------------------------------------ */
 void ctl_ensure_init(void); /* the figures need the process set up */

@@ -16,20 +16,20 @@
 
 typedef struct sink {
   FILE *file;
-  int fd;        /* or to this descriptor, if >= 0 */
-  bool compact;  /* one line (JSON Lines), not the indented form */
+  int fd;                /* or to this descriptor, if >= 0 */
+  bool compact;          /* one line (JSON Lines), not the indented form */
   whole_report_t *whole; /* or gathered here, for fd */
-  char *mem;     /* or into here, up to cap bytes with the NUL */
+  char *mem;             /* or into here, up to cap bytes with the NUL */
   size_t cap;
-  size_t total;  /* bytes of the report so far */
-  size_t held;   /* bytes in buf not yet written */
+  size_t total; /* bytes of the report so far */
+  size_t held;  /* bytes in buf not yet written */
   char buf[512];
 } sink_t;
 
 static void sink_flush(sink_t *s) {
   if (s->held == 0) return;
   if (s->whole != NULL) whole_report_put(s->whole, s->buf, s->held);
-  else if (s->fd >= 0) hak_write_fd(s->fd, s->buf, s->held);
+  else if (s->fd >= 0) error_write_fd(s->fd, s->buf, s->held);
   else if (s->file != NULL) fwrite(s->buf, 1, s->held, s->file);
   s->held = 0;
 }
@@ -98,10 +98,10 @@ static bool is_index(const char *part) { return *part >= '0' && *part <= '9'; }
 
 #define PART_MAX 32
 typedef struct json_state {
-  parts_t open;                /* the containers open below the root: open.count of them */
+  parts_t open;                    /* the containers open below the root: open.count of them */
   char name[NAME_PARTS][PART_MAX]; /* their names (a class number is rewritten each time) */
-  char close[NAME_PARTS];      /* each one's closing bracket */
-  bool first[NAME_PARTS + 1];  /* nothing written yet at this depth (0: the root) */
+  char close[NAME_PARTS];          /* each one's closing bracket */
+  bool first[NAME_PARTS + 1];      /* nothing written yet at this depth (0: the root) */
 } json_state_t;
 
 static void json_close_to(sink_t *s, json_state_t *st, int depth) {
@@ -160,8 +160,10 @@ static void json_report(sink_t *s) {
   stats_walk(&w, 0, NUM_CLASSES);
   json_state_t st;
   memset(&st, 0, sizeof st);
-  putf(s, s->compact ? "{\"schema\":%d,\"version\":\"%d.%d.%d\"" : "{\n  \"schema\": %d,\n  \"version\": \"%d.%d.%d\"", HAKMEM_STATS_SCHEMA,
-       HAKMEM_VERSION_MAJOR, HAKMEM_VERSION_MINOR, HAKMEM_VERSION_PATCH);
+  putf(s,
+       s->compact ? "{\"schema\":%d,\"version\":\"%d.%d.%d\""
+                  : "{\n  \"schema\": %d,\n  \"version\": \"%d.%d.%d\"",
+       HAKMEM_STATS_SCHEMA, HAKMEM_VERSION_MAJOR, HAKMEM_VERSION_MINOR, HAKMEM_VERSION_PATCH);
   const hak_ctl_desc_t *d;
   for (size_t i = 0; (d = hak_ctl_describe(i)) != NULL; i++) {
     parts_t p;
@@ -186,7 +188,7 @@ static void json_report(sink_t *s) {
   sink_flush(s);
 }
 
-hak_export int hak_stats_json(FILE *out) {
+HAK_EXPORT int hak_stats_json(FILE *out) {
   if (out == NULL) return -EINVAL;
   ctl_ensure_init();
   sink_t s = {.file = out, .fd = -1};
@@ -194,7 +196,7 @@ hak_export int hak_stats_json(FILE *out) {
   return ferror(out) ? -EIO : 0;
 }
 
-hak_export int hak_stats_json_buf(char *buf, size_t len, size_t *needed) {
+HAK_EXPORT int hak_stats_json_buf(char *buf, size_t len, size_t *needed) {
   if (buf == NULL && len != 0) return -EINVAL;
   ctl_ensure_init();
   sink_t s = {.mem = buf, .cap = len, .fd = -1};
@@ -208,7 +210,7 @@ hak_export int hak_stats_json_buf(char *buf, size_t len, size_t *needed) {
  * indented in a file of its own, else one line, so that the reports of the processes
  * sharing a stream (a launcher's children, a shell pipeline) can be told apart. */
 __attribute__((destructor)) static void ctl_report_at_exit(void) {
-  if (!__atomic_load_n(&hak_opt.stats_json, __ATOMIC_RELAXED)) return;
+  if (!__atomic_load_n(&opt.stats_json, __ATOMIC_RELAXED)) return;
   bool own_file;
   int fd = options_report_fd(&own_file);
   if (fd < 0) return;

@@ -28,13 +28,12 @@ static void sweep(size_t a) {
     size_t n = sizes[s], rounded = (n + a - 1) & ~(a - 1);
     size_t need = a < 16 && n > 8 ? 16 : a;
     uint64_t seed = tu_rand(&g_rng);
-    tu_window_put(&g_window, tu_block_adopt("posix_memalign", call_posix_memalign(a, n), n, need,
-                                            TU_FREE, seed));
+    tu_window_put(&g_window,
+                  tu_block_adopt("posix_memalign", call_posix_memalign(a, n), n, need, TU_FREE, seed));
     tu_window_put(&g_window, tu_block_adopt("aligned_alloc", aligned_alloc(a, n), n, need,
                                             TU_FREE_ALIGNED_SIZED, seed + 1));
     tu_window_put(&g_window, tu_block_adopt("aligned_alloc", aligned_alloc(a, rounded), rounded,
-                                            a < 16 && rounded > 8 ? 16 : a, TU_FREE_ALIGNED_SIZED,
-                                            seed + 2));
+                                            a < 16 && rounded > 8 ? 16 : a, TU_FREE_ALIGNED_SIZED, seed + 2));
     tu_window_put(&g_window, tu_block_adopt("memalign", memalign(a, n), n, need, TU_FREE, seed + 3));
   }
 }

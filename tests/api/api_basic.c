@@ -29,14 +29,14 @@ static uint64_t g_seed;
 
 /* Expects `call` to fail with NULL and errno == err; `n` is printed for context. A block
  * returned anyway is freed so the run can go on. */
-#define EXPECT_NULL(call, err, n)                                                        \
-  do {                                                                                   \
-    errno = 0;                                                                           \
-    void *p_ = (call);                                                                   \
-    int e_ = errno;                                                                      \
-    CHECK(p_ == NULL && e_ == (err), "%s with n=%#zx: got %p, errno %d (%s); want NULL, %s", \
-          #call, (size_t)(n), p_, e_, strerror(e_), #err);                               \
-    free(p_);                                                                            \
+#define EXPECT_NULL(call, err, n)                                                                   \
+  do {                                                                                              \
+    errno = 0;                                                                                      \
+    void *p_ = (call);                                                                              \
+    int e_ = errno;                                                                                 \
+    CHECK(p_ == NULL && e_ == (err), "%s with n=%#zx: got %p, errno %d (%s); want NULL, %s", #call, \
+          (size_t)(n), p_, e_, strerror(e_), #err);                                                 \
+    free(p_);                                                                                       \
   } while (0)
 
 /* Checks that p is a usable block for a request of n bytes: non-NULL, aligned to 16
@@ -65,8 +65,8 @@ static void test_malloc_zero_and_free_null(void) {
   check_block("calloc(0,5)", b, 0);
   check_block("calloc(5,0)", c, 0);
   check_block("realloc(NULL,0)", d, 0);
-  CHECK(a != b && a != c && a != d && b != c && b != d && c != d,
-        "zero-size blocks not unique: %p %p %p %p", a, b, c, d);
+  CHECK(a != b && a != c && a != d && b != c && b != d && c != d, "zero-size blocks not unique: %p %p %p %p",
+        a, b, c, d);
   free(a), free(b), free(c), free(d);
 
   free(NULL);
@@ -99,10 +99,9 @@ static void test_alignment_and_usable_size(void) {
   for (i = 0; i < k; i++) free(ps[i]);
 }
 
-static const size_t calloc_sizes[] = {1,     8,     16,     24,         100,          256,
-                                      1000,  1024,  1025,   4096,       8000,         32768,
-                                      65536, 131072, 131073, 500000, 2 * MiB, 8 * MiB + 5,
-                                      33 * MiB};
+static const size_t calloc_sizes[] = {1,      8,      16,      24,          100,     256,   1000,
+                                      1024,   1025,   4096,    8000,        32768,   65536, 131072,
+                                      131073, 500000, 2 * MiB, 8 * MiB + 5, 33 * MiB};
 
 /* calloc must zero memory that a previous block left dirty. */
 static void test_calloc_zero(void) {
@@ -190,10 +189,9 @@ static void *realloc_step(void *p, size_t n, uintptr_t *origin, size_t m, uint64
 
 /* Contents survive realloc up and down across the tiny, mid, large and huge tiers. */
 static void test_realloc_tiers(void) {
-  const size_t chain[] = {1,        8,        15,        16,        17,       100,
-                          1000,     1024,     1025,      4096,      65536,    128 * KiB,
-                          128 * KiB + 1, MiB, 8 * MiB,   32 * MiB,  32 * MiB + 1, 48 * MiB,
-                          100 * MiB};
+  const size_t chain[] = {1,       8,        15,           16,       17,        100,           1000,
+                          1024,    1025,     4096,         65536,    128 * KiB, 128 * KiB + 1, MiB,
+                          8 * MiB, 32 * MiB, 32 * MiB + 1, 48 * MiB, 100 * MiB};
   const int len = sizeof chain / sizeof *chain;
   uint64_t seed = g_seed ^ 0x7e;
   uintptr_t origin;
@@ -256,17 +254,16 @@ static void test_realloc_zero(void) {
   CHECK(rss1 < rss0 + 64 * MiB, "realloc(p, 0) leaks: RSS grew from %zu to %zu", rss0, rss1);
   if (tu_have_hakmem()) {
     hak_get_info(&after);
-    CHECK(after.in_use < before.in_use + MiB, "realloc(p, 0) leaks: in_use %zu -> %zu",
-          before.in_use, after.in_use);
+    CHECK(after.in_use < before.in_use + MiB, "realloc(p, 0) leaks: in_use %zu -> %zu", before.in_use,
+          after.in_use);
   }
 }
 
 /* Sizes at or beyond PTRDIFF_MAX and overflowing products: NULL with ENOMEM, and the
  * block given to a failing realloc stays valid and unchanged. */
 static void test_impossible_sizes(void) {
-  const size_t sizes[] = {SIZE_MAX,          SIZE_MAX - 1,       SIZE_MAX / 2 + 1,
-                          PTRDIFF_MAX,       SIZE_MAX - 4095,    SIZE_MAX - 16,
-                          SIZE_MAX - MiB,    SIZE_MAX / 2 + 4097};
+  const size_t sizes[] = {SIZE_MAX,        SIZE_MAX - 1,  SIZE_MAX / 2 + 1, PTRDIFF_MAX,
+                          SIZE_MAX - 4095, SIZE_MAX - 16, SIZE_MAX - MiB,   SIZE_MAX / 2 + 4097};
   void *keep = malloc(1000);
   REQUIRE(keep, "malloc(1000) failed");
   tu_fill_here(keep, 1000, g_seed);
@@ -289,9 +286,9 @@ static void test_impossible_sizes(void) {
     CHECK(rc == ENOMEM, "posix_memalign(64, %#zx) returned %d, want ENOMEM", s, rc);
     if (rc == 0) free(out);
   }
-  const size_t products[][2] = {{SIZE_MAX / 2 + 1, 2},     {(size_t)1 << 32, (size_t)1 << 32},
-                                {SIZE_MAX, SIZE_MAX},      {3, SIZE_MAX / 3 + 1},
-                                {PTRDIFF_MAX / 2 + 1, 2},  {65537, SIZE_MAX / 65536}};
+  const size_t products[][2] = {{SIZE_MAX / 2 + 1, 2},    {(size_t)1 << 32, (size_t)1 << 32},
+                                {SIZE_MAX, SIZE_MAX},     {3, SIZE_MAX / 3 + 1},
+                                {PTRDIFF_MAX / 2 + 1, 2}, {65537, SIZE_MAX / 65536}};
   for (size_t i = 0; i < sizeof products / sizeof *products; i++) {
     size_t a = tu_opaque(products[i][0]), b = tu_opaque(products[i][1]);
     EXPECT_NULL(calloc(a, b), ENOMEM, a);
@@ -313,8 +310,8 @@ static void test_impossible_sizes(void) {
 static int exhaustion_child(void *unused) {
   (void)unused;
   enum { MAX_BLOCKS = 4 << 20 };
-  void **ps = mmap(NULL, MAX_BLOCKS * sizeof(void *), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void **ps =
+      mmap(NULL, MAX_BLOCKS * sizeof(void *), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(ps != MAP_FAILED, "mmap failed");
   void *keep = malloc(5000);
   REQUIRE(keep, "malloc(5000) failed");
@@ -344,16 +341,14 @@ static int exhaustion_child(void *unused) {
     if (!ps[k]) break;
   }
   CHECK(k < 256, "256 blocks of 16 MiB fit under a 1 GiB address-space limit");
-  CHECK(errno == ENOMEM, "malloc(16 MiB) at the limit: errno %d (%s), want ENOMEM", errno,
-        strerror(errno));
+  CHECK(errno == ENOMEM, "malloc(16 MiB) at the limit: errno %d (%s), want ENOMEM", errno, strerror(errno));
   for (size_t i = 0; i < k; i++) free(ps[i]);
   void *p = malloc(16 * MiB);
   CHECK(p != NULL, "malloc(16 MiB) fails after all 16 MiB blocks were freed (errno %d)", errno);
   free(p);
   malloc_trim(0);
   p = malloc(200 * MiB);
-  CHECK(p != NULL, "malloc(200 MiB) fails after 16 MiB blocks were freed and trimmed (errno %d)",
-        errno);
+  CHECK(p != NULL, "malloc(200 MiB) fails after 16 MiB blocks were freed and trimmed (errno %d)", errno);
   free(p);
 
   /* Small blocks until the limit. */
@@ -363,8 +358,7 @@ static int exhaustion_child(void *unused) {
     if (!ps[k]) break;
   }
   CHECK(k < MAX_BLOCKS, "%d blocks of 1000 bytes fit under a 1 GiB limit", MAX_BLOCKS);
-  CHECK(errno == ENOMEM, "malloc(1000) at the limit: errno %d (%s), want ENOMEM", errno,
-        strerror(errno));
+  CHECK(errno == ENOMEM, "malloc(1000) at the limit: errno %d (%s), want ENOMEM", errno, strerror(errno));
   errno = 0;
   void *z = calloc(1, 1000);
   CHECK(z == NULL && errno == ENOMEM, "calloc(1, 1000) at the limit: %p errno %d", z, errno);
@@ -377,13 +371,10 @@ static int exhaustion_child(void *unused) {
   return 0;
 }
 
-static void test_exhaustion(void) {
-  tu_in_child("exhaustion under RLIMIT_AS", exhaustion_child, NULL, 60);
-}
+static void test_exhaustion(void) { tu_in_child("exhaustion under RLIMIT_AS", exhaustion_child, NULL, 60); }
 
 static void test_posix_memalign(void) {
-  const size_t bad[] = {0, 1, 2, 3, 4, 12, 24, 40, 48, 100, 4097, 3 * 4096, SIZE_MAX,
-                        SIZE_MAX / 2 + 2};
+  const size_t bad[] = {0, 1, 2, 3, 4, 12, 24, 40, 48, 100, 4097, 3 * 4096, SIZE_MAX, SIZE_MAX / 2 + 2};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     void *sentinel = (void *)0x1234, *out = sentinel;
     int rc = posix_memalign(&out, tu_opaque(bad[i]), 64);
@@ -417,10 +408,9 @@ static void test_huge_alignments(void) {
       CHECK(rc == 0, "posix_memalign(%zu MiB, %zu) returned %d", a / MiB, n, rc);
       for (int k = 0; k < 3; k++) {
         char *b = blocks[k];
-        REQUIRE(b != NULL, "alignment %zu MiB, size %zu: call %d returned NULL (errno %d)",
-                a / MiB, n, k, errno);
-        CHECK(tu_aligned(b, a), "alignment %zu MiB, size %zu: call %d gave %p", a / MiB, n, k,
-              (void *)b);
+        REQUIRE(b != NULL, "alignment %zu MiB, size %zu: call %d returned NULL (errno %d)", a / MiB, n, k,
+                errno);
+        CHECK(tu_aligned(b, a), "alignment %zu MiB, size %zu: call %d gave %p", a / MiB, n, k, (void *)b);
         CHECK(malloc_usable_size(b) >= n, "alignment %zu MiB: usable %zu < %zu", a / MiB,
               malloc_usable_size(b), n);
         b[0] = 1, b[n / 2] = 2, b[n - 1] = 3;
@@ -497,8 +487,8 @@ static void test_valloc_pvalloc(void) {
     CHECK(tu_aligned(v, page), "valloc(%zu) = %p not page-aligned", n, v);
     CHECK(tu_aligned(pv, page), "pvalloc(%zu) = %p not page-aligned", n, pv);
     CHECK(malloc_usable_size(v) >= n, "valloc(%zu): usable %zu", n, malloc_usable_size(v));
-    CHECK(malloc_usable_size(pv) >= rounded, "pvalloc(%zu): usable %zu < %zu", n,
-          malloc_usable_size(pv), rounded);
+    CHECK(malloc_usable_size(pv) >= rounded, "pvalloc(%zu): usable %zu < %zu", n, malloc_usable_size(pv),
+          rounded);
     tu_fill_here(v, malloc_usable_size(v), g_seed);
     tu_fill_here(pv, malloc_usable_size(pv), g_seed + 1);
     tu_verify_here("valloc block", v, malloc_usable_size(v), g_seed);
@@ -573,8 +563,8 @@ static void test_mallinfo(void) {
   struct mallinfo2 after = mallinfo2();
   CHECK(after.uordblks > 0, "mallinfo2().uordblks is 0 with 10 MB live");
   CHECK(after.uordblks >= before.uordblks + (size_t)N * SIZE * 9 / 10,
-        "mallinfo2().uordblks %zu -> %zu after allocating %d x %d bytes", before.uordblks,
-        after.uordblks, N, SIZE);
+        "mallinfo2().uordblks %zu -> %zu after allocating %d x %d bytes", before.uordblks, after.uordblks, N,
+        SIZE);
   CHECK(after.uordblks < ((size_t)1 << 40) && after.arena < ((size_t)1 << 40) &&
             after.fordblks < ((size_t)1 << 40) && after.hblkhd < ((size_t)1 << 40),
         "mallinfo2() fields absurd: arena %zu uordblks %zu fordblks %zu hblkhd %zu", after.arena,
@@ -704,8 +694,8 @@ static void test_hakmem_api(void) {
   REQUIRE(ps, "malloc failed");
   for (int i = 0; i < N; i++) ps[i] = malloc(100);
   hak_get_info(&i1);
-  CHECK(i1.in_use >= i0.in_use + (size_t)N * 100 * 9 / 10, "hak_get_info in_use %zu -> %zu",
-        i0.in_use, i1.in_use);
+  CHECK(i1.in_use >= i0.in_use + (size_t)N * 100 * 9 / 10, "hak_get_info in_use %zu -> %zu", i0.in_use,
+        i1.in_use);
   CHECK(i1.peak_in_use >= i1.in_use, "peak_in_use %zu < in_use %zu", i1.peak_in_use, i1.in_use);
   CHECK(i1.mapped >= i1.committed, "mapped %zu < committed %zu", i1.mapped, i1.committed);
   CHECK(i1.committed >= (size_t)N * 100, "committed %zu < live bytes", i1.committed);
@@ -718,11 +708,11 @@ static void test_hakmem_api(void) {
 }
 
 /* Runs one group of checks and says how long it took. */
-#define RUN(test)                                                                   \
-  do {                                                                              \
-    double t0_ = tu_now();                                                          \
-    test();                                                                         \
-    printf("api_basic: %-32s %.2f s\n", #test, tu_now() - t0_);                    \
+#define RUN(test)                                               \
+  do {                                                          \
+    double t0_ = tu_now();                                      \
+    test();                                                     \
+    printf("api_basic: %-32s %.2f s\n", #test, tu_now() - t0_); \
   } while (0)
 
 int main(int argc, char **argv) {

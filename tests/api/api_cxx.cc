@@ -134,7 +134,7 @@ void test_aligned_forms() {
 template <typename Fn>
 bool throws_bad_alloc(Fn fn, size_t n) {
   try {
-    tu_hide(fn(n));  // a block here is a failure; it is left alone, not freed
+    tu_hide(fn(n)); // a block here is a failure; it is left alone, not freed
     return false;
   } catch (const std::bad_alloc &) {
     return true;
@@ -222,15 +222,12 @@ void test_new_handler() {
   std::set_new_handler(handler_give_up);
   void *p = ::operator new[](huge, std::nothrow);
   CHECK(p == nullptr && g_handler_calls == 1,
-        "operator new[](nothrow) with a giving-up handler: %p, handler called %d times", p,
-        g_handler_calls);
+        "operator new[](nothrow) with a giving-up handler: %p, handler called %d times", p, g_handler_calls);
 
   g_handler_calls = 0;
   std::set_new_handler(handler_give_up);
-  CHECK(throws_bad_alloc([al](size_t k) { return ::operator new(k, al); }, huge) &&
-            g_handler_calls == 1,
-        "operator new(align 64) with a giving-up handler: handler called %d times",
-        g_handler_calls);
+  CHECK(throws_bad_alloc([al](size_t k) { return ::operator new(k, al); }, huge) && g_handler_calls == 1,
+        "operator new(align 64) with a giving-up handler: handler called %d times", g_handler_calls);
 
   g_handler_calls = 0;
   std::set_new_handler(handler_throw);
@@ -241,8 +238,8 @@ void test_new_handler() {
   } catch (const handler_error &) {
     caught = true;
   }
-  CHECK(caught && g_handler_calls == 1, "handler's exception: caught %d, handler called %d times",
-        caught, g_handler_calls);
+  CHECK(caught && g_handler_calls == 1, "handler's exception: caught %d, handler called %d times", caught,
+        g_handler_calls);
   std::set_new_handler(nullptr);
 }
 
@@ -258,8 +255,10 @@ int handler_retry_child(void *) {
   try {
     p = ::operator new(size);
   } catch (const std::bad_alloc &) {
-    CHECK(false, "operator new(%zu) threw although the handler freed a reserve of that size "
-                 "(handler called %d times)", size, g_handler_calls);
+    CHECK(false,
+          "operator new(%zu) threw although the handler freed a reserve of that size "
+          "(handler called %d times)",
+          size, g_handler_calls);
     return 1;
   }
   CHECK(g_handler_calls == 1, "handler called %d times, want 1", g_handler_calls);
@@ -270,7 +269,7 @@ int handler_retry_child(void *) {
   return 0;
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char **argv) {
   g_seed = tu_seed(argc, argv);

@@ -24,7 +24,7 @@
 
 static size_t tiny_size(unsigned c) {
   if (c < 8) return 16 * (c + 1); /* 16 .. 128 */
-  unsigned bit = 7 + (c - 8) / 4;   /* 160 .. 1024, 4 per doubling */
+  unsigned bit = 7 + (c - 8) / 4; /* 160 .. 1024, 4 per doubling */
   return ((size_t)1 << bit) + ((c - 8) % 4 + 1) * ((size_t)1 << (bit - 2));
 }
 
@@ -43,8 +43,8 @@ static void *first_blocks(void *arg) {
     size_t n = tiny_size(c);
     first[c] = malloc(n);
     REQUIRE(first[c] != NULL, "malloc(%zu) failed", n);
-    CHECK(malloc_usable_size(first[c]) == n, "malloc(%zu): usable size %zu, want the class size",
-          n, malloc_usable_size(first[c]));
+    CHECK(malloc_usable_size(first[c]) == n, "malloc(%zu): usable size %zu, want the class size", n,
+          malloc_usable_size(first[c]));
     unsigned line = (unsigned)(((uintptr_t)first[c] & 4095) >> 6);
     if (!line_seen[line]) distinct++;
     line_seen[line] = true;
@@ -52,8 +52,7 @@ static void *first_blocks(void *arg) {
   }
   printf("carve_colour: the first blocks of %u tiny classes lie in %u distinct lines of a page\n",
          TINY_CLASSES, distinct);
-  CHECK(distinct >= MIN_DISTINCT_LINES, "%u distinct lines, want at least %u", distinct,
-        MIN_DISTINCT_LINES);
+  CHECK(distinct >= MIN_DISTINCT_LINES, "%u distinct lines, want at least %u", distinct, MIN_DISTINCT_LINES);
 
   REQUIRE(of_64 < TINY_CLASSES, "no 64-byte class");
   uintptr_t carve[CARVE_64];
@@ -64,9 +63,10 @@ static void *first_blocks(void *arg) {
   }
   qsort(carve, CARVE_64, sizeof carve[0], cmp_addr);
   for (unsigned i = 1; i < CARVE_64; i++)
-    CHECK(carve[i] - carve[i - 1] == 64, "blocks %u and %u of the first carve are %#" PRIxPTR
-          " and %#" PRIxPTR ": want consecutive 64-byte blocks, each once", i - 1, i,
-          carve[i - 1], carve[i]);
+    CHECK(carve[i] - carve[i - 1] == 64,
+          "blocks %u and %u of the first carve are %#" PRIxPTR " and %#" PRIxPTR
+          ": want consecutive 64-byte blocks, each once",
+          i - 1, i, carve[i - 1], carve[i]);
   CHECK((carve[0] & 4095) == 0, "the first carve starts at %#" PRIxPTR ", not on a page", carve[0]);
   for (unsigned i = 0; i < CARVE_64; i++) free((void *)carve[i]);
   for (unsigned c = 0; c < TINY_CLASSES; c++)

@@ -80,7 +80,7 @@ static void *from_main[BLOCKS];
 
 static void *early_thread(void *arg) {
   (void)arg;
-  pthread_barrier_wait(&go); /* the library is loaded now */
+  pthread_barrier_wait(&go);                                     /* the library is loaded now */
   for (unsigned i = 0; i < BLOCKS / 2; i++) hfree(from_main[i]); /* another thread's blocks */
   churn(7, NULL, 0);
   return NULL;
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
   hmalloc = (void *(*)(size_t))dlsym(lib, "hak_malloc");
   hrealloc = (void *(*)(void *, size_t))dlsym(lib, "hak_realloc");
   hfree = (void (*)(void *))dlsym(lib, "hak_free");
-  husable = (size_t (*)(void *))dlsym(lib, "hak_malloc_usable_size");
+  husable = (size_t(*)(void *))dlsym(lib, "hak_malloc_usable_size");
   if (!hmalloc || !hrealloc || !hfree || !husable) fail("a hak_ function is missing");
 
   churn(1, from_main, BLOCKS);

@@ -15,7 +15,7 @@ For each row (name, what it takes, kind, -1 allowed, min, max, field):
            HAKMEM_BACKGROUND also test-fail and HAKMEM_THP test-no-collapse, test hooks left out)
   text     a sample value (TEXT_SAMPLES below: a new text option must add one) is taken;
            the empty value is refused
-And where a ctl name's description says what its option takes (src/stats/ctl.c: "HAKMEM_X
+And where a ctl name's description says what its option takes (src/stats/ctl_names.c: "HAKMEM_X
 in force ...; takes ..."), the table's text is the same.
 The options line is options_report's malloc_stats() report ("options: field=value ...").
 """
@@ -64,7 +64,7 @@ def read_table():
         value = lambda e: int(eval(re.sub(r"(\d)L\b", r"\1", e.replace("INT32_MAX", str(2**31 - 1)))))
         rows.append(dict(name=name.strip('"'), takes=macros.get(takes, takes).strip('"'), kind=kind,
                          minus_one=minus_one == "true", min=value(lo), max=value(hi),
-                         field=to.split(".")[-1] if to.startswith("hak_opt.") else None))
+                         field=to.split(".")[-1] if to.startswith("opt.") else None))
     if len(rows) < 10:
         sys.exit("options_walk: only %d rows read from the table" % len(rows))
     return rows
@@ -150,14 +150,14 @@ def walk(tmp, o, defaults):
 
 def check_ctl_docs(rows):
     """Where a ctl name documents what its option takes, the table says the same."""
-    ctl = open(os.path.join(SRC, "src/stats/ctl.c")).read()
+    ctl = open(os.path.join(SRC, "src/stats/ctl_names.c")).read()
     documented = dict(re.findall(r'"(HAKMEM_\w+) in force[^"]*?; takes ([^"]*)"', ctl))
     if not documented:
-        fail("no \"HAKMEM_X in force ...; takes ...\" description read from src/stats/ctl.c")
+        fail("no \"HAKMEM_X in force ...; takes ...\" description read from src/stats/ctl_names.c")
     by_name = {o["name"]: o for o in rows}
     for name, takes in documented.items():
         if name not in by_name or by_name[name]["takes"] != takes:
-            fail("%s: ctl.c says it takes %r, the options table %r" %
+            fail("%s: ctl_names.c says it takes %r, the options table %r" %
                  (name, takes, by_name.get(name, {}).get("takes")))
 
 

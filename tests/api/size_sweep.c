@@ -17,8 +17,7 @@ static tu_window g_window = {.cap = 320 * MiB, .rng = &g_rng};
 /* malloc(n), checked and filled; half of the blocks go back through free_sized. */
 static tu_block take(size_t n) {
   uint64_t seed = tu_rand(&g_rng);
-  return tu_block_adopt("malloc", malloc(n), n, n <= 8 ? 8 : 16,
-                        seed & 1 ? TU_FREE_SIZED : TU_FREE, seed);
+  return tu_block_adopt("malloc", malloc(n), n, n <= 8 ? 8 : 16, seed & 1 ? TU_FREE_SIZED : TU_FREE, seed);
 }
 
 /* Every size 0..4096: in order, in a random order, and 32 of a kind live together. */
@@ -80,7 +79,6 @@ int main(int argc, char **argv) {
   sweep_small();
   double t1 = tu_now();
   sweep_boundaries();
-  printf("size_sweep: sizes 0..4096 in %.2f s, boundaries to 64 MiB in %.2f s\n", t1 - t0,
-         tu_now() - t1);
+  printf("size_sweep: sizes 0..4096 in %.2f s, boundaries to 64 MiB in %.2f s\n", t1 - t0, tu_now() - t1);
   return tu_finish("size_sweep");
 }

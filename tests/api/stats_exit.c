@@ -29,8 +29,7 @@ static int leaf(int ready, int go) {
   allocate();
   char c = 1, buf;
   if (write(ready, &c, 1) != 1) return 4;
-  while (read(go, &buf, 1) > 0) {
-  }
+  while (read(go, &buf, 1) > 0) {}
   return 0;
 }
 

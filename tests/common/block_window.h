@@ -24,8 +24,8 @@ typedef struct tu_block {
   enum tu_free_how how;
 } tu_block;
 
-static inline tu_block tu_block_adopt(const char *from, void *p, size_t n, size_t align,
-                                      enum tu_free_how how, uint64_t seed) {
+static inline tu_block tu_block_adopt(const char *from, void *p, size_t n, size_t align, enum tu_free_how how,
+                                      uint64_t seed) {
   tu_block b = {p, n, 0, align, seed, from, how};
   REQUIRE(p != NULL, "%s(size %zu, align %zu) returned NULL (errno %d)", from, n, align, errno);
   CHECK(tu_aligned(p, align), "%s(size %zu) = %p not %zu-aligned", from, n, p, align);
@@ -38,12 +38,11 @@ static inline tu_block tu_block_adopt(const char *from, void *p, size_t n, size_
 static inline void tu_block_release(tu_block *b) {
   if (!b->p) return;
   char what[96];
-  snprintf(what, sizeof what, "%s(size %zu, align %zu) block, whole usable size", b->from, b->n,
-           b->align);
+  snprintf(what, sizeof what, "%s(size %zu, align %zu) block, whole usable size", b->from, b->n, b->align);
   tu_verify_here(what, b->p, b->usable, b->seed);
   size_t usable = malloc_usable_size(b->p);
-  CHECK(usable == b->usable, "malloc_usable_size(%p) changed from %zu to %zu while live", b->p,
-        b->usable, usable);
+  CHECK(usable == b->usable, "malloc_usable_size(%p) changed from %zu to %zu while live", b->p, b->usable,
+        usable);
   switch (b->how) {
   case TU_FREE: free(b->p); break;
   case TU_FREE_SIZED: tu_free_sized(b->p, b->n); break;

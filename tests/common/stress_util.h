@@ -61,8 +61,7 @@ static inline void tu_item_realloc(const char *what, tu_item *it, size_t m) {
   tu_item_check(what, it);
   void *q = realloc(it->p, m);
   REQUIRE(q != NULL, "realloc(%p, %zu -> %zu) returned NULL (errno %d)", it->p, it->n, m, errno);
-  if (!tu_verify("prefix kept by realloc", q, it->n < m ? it->n : m, it->origin, it->seed))
-    abort();
+  if (!tu_verify("prefix kept by realloc", q, it->n < m ? it->n : m, it->origin, it->seed)) abort();
   it->p = q;
   it->n = m;
   it->origin = (uintptr_t)q;

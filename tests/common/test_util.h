@@ -79,7 +79,7 @@ static inline bool tu_have_hakmem(void) { return hak_malloc != NULL && hak_get_i
 
 /* ---- failure reporting ---- */
 
-static unsigned tu_failures;  /* updated atomically; read by tu_finish */
+static unsigned tu_failures; /* updated atomically; read by tu_finish */
 #define TU_MAX_REPORTS 100   /* failures printed in full; the rest are only counted */
 
 static inline void tu_fail(const char *file, int line, const char *cond, const char *fmt, ...)
@@ -97,19 +97,19 @@ static inline void tu_fail(const char *file, int line, const char *cond, const c
 }
 
 /* CHECK(cond, printf-format, args...): on false, report and count a failure, go on. */
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
+#define CHECK(cond, ...)                                                               \
+  do {                                                                                 \
     if (__builtin_expect(!(cond), 0)) tu_fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
   } while (0)
 
 /* REQUIRE: like CHECK, but aborts: for states in which going on makes no sense
  * (corrupted memory, a NULL where a block is needed). */
-#define REQUIRE(cond, ...)                                      \
-  do {                                                          \
-    if (__builtin_expect(!(cond), 0)) {                         \
-      tu_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);          \
-      abort();                                                  \
-    }                                                           \
+#define REQUIRE(cond, ...)                             \
+  do {                                                 \
+    if (__builtin_expect(!(cond), 0)) {                \
+      tu_fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
+      abort();                                         \
+    }                                                  \
   } while (0)
 
 /* Prints the verdict and returns the exit status for main. */
@@ -171,9 +171,7 @@ static inline uint64_t tu_below(tu_rng *r, uint64_t n) {
 }
 
 /* Uniform in [lo, hi]. */
-static inline uint64_t tu_range(tu_rng *r, uint64_t lo, uint64_t hi) {
-  return lo + tu_below(r, hi - lo + 1);
-}
+static inline uint64_t tu_range(tu_rng *r, uint64_t lo, uint64_t hi) { return lo + tu_below(r, hi - lo + 1); }
 
 /* ---- content patterns ----
  * Byte i of a block is byte (i % 8) of word W(i / 8) = f(origin + 8*(i/8), seed), where
@@ -216,8 +214,7 @@ static inline size_t tu_find_mismatch(const void *p, size_t n, uintptr_t origin,
 
 /* Checks the pattern; on a mismatch reports `what`, the block and the first bad bytes,
  * counts a failure and returns false. */
-static inline bool tu_verify(const char *what, const void *p, size_t n, uintptr_t origin,
-                             uint64_t seed) {
+static inline bool tu_verify(const char *what, const void *p, size_t n, uintptr_t origin, uint64_t seed) {
   size_t off = tu_find_mismatch(p, n, origin, seed);
   if (off == SIZE_MAX) return true;
   const unsigned char *b = (const unsigned char *)p;
@@ -233,16 +230,15 @@ static inline bool tu_verify(const char *what, const void *p, size_t n, uintptr_
     snprintf(want + 3 * (i - off), 4, "%02x ", (unsigned char)(w >> (8 * (i & 7))));
   }
   tu_fail(__FILE__, __LINE__, "pattern intact",
-          "%s: block %p size %zu (filled at %p, seed %#" PRIx64 "): first bad byte at "
+          "%s: block %p size %zu (filled at %p, seed %#" PRIx64
+          "): first bad byte at "
           "offset %zu, %zu bad bytes; got [%s] want [%s]",
           what, p, n, (void *)origin, seed, off, bad, got, want);
   return false;
 }
 
 /* Fill and verify at the block's own address. */
-static inline void tu_fill_here(void *p, size_t n, uint64_t seed) {
-  tu_fill(p, n, (uintptr_t)p, seed);
-}
+static inline void tu_fill_here(void *p, size_t n, uint64_t seed) { tu_fill(p, n, (uintptr_t)p, seed); }
 static inline bool tu_verify_here(const char *what, const void *p, size_t n, uint64_t seed) {
   return tu_verify(what, p, n, (uintptr_t)p, seed);
 }
@@ -353,10 +349,9 @@ static inline bool tu_wait_child(pid_t pid, const char *what, double timeout_s) 
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
   if (WIFSIGNALED(status))
-    tu_fail(__FILE__, __LINE__, "child exit 0", "%s: killed by signal %d (%s)", what,
-            WTERMSIG(status), strsignal(WTERMSIG(status)));
-  else
-    tu_fail(__FILE__, __LINE__, "child exit 0", "%s: exit status %d", what, WEXITSTATUS(status));
+    tu_fail(__FILE__, __LINE__, "child exit 0", "%s: killed by signal %d (%s)", what, WTERMSIG(status),
+            strsignal(WTERMSIG(status)));
+  else tu_fail(__FILE__, __LINE__, "child exit 0", "%s: exit status %d", what, WEXITSTATUS(status));
   return false;
 }
 

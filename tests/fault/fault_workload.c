@@ -129,15 +129,28 @@ static void step(worker_t *w, tu_rng *r) {
   errno = 0;
   int err;
   switch (op % 8) {
-  case 0: what = "calloc"; zero = true; p = calloc(1, n); err = errno; break;
+  case 0:
+    what = "calloc";
+    zero = true;
+    p = calloc(1, n);
+    err = errno;
+    break;
   case 1:
     what = "aligned_alloc";
     n = (n + align - 1) & ~(align - 1);
     p = aligned_alloc(align, n);
     err = errno;
     break;
-  case 2: what = "posix_memalign"; err = posix_memalign(&p, align, n); if (err) p = NULL; break;
-  case 3: what = "memalign"; p = memalign(align, n); err = errno; break;
+  case 2:
+    what = "posix_memalign";
+    err = posix_memalign(&p, align, n);
+    if (err) p = NULL;
+    break;
+  case 3:
+    what = "memalign";
+    p = memalign(align, n);
+    err = errno;
+    break;
   case 4:
     what = "hak_heap_malloc";
     if (w->heap == NULL) {
@@ -151,7 +164,11 @@ static void step(worker_t *w, tu_rng *r) {
     p = hak_heap_malloc(h, n);
     err = errno;
     break;
-  default: what = "malloc"; p = malloc(n); err = errno; break;
+  default:
+    what = "malloc";
+    p = malloc(n);
+    err = errno;
+    break;
   }
   if (p == NULL) {
     null_seen(w, what, n, err);
@@ -237,7 +254,8 @@ static uint64_t stat(const char *name) {
 
 int main(int argc, char **argv) {
   uint64_t seed = tu_seed(argc, argv);
-  unsigned threads = (unsigned)tu_arg_u64(argc, argv, 2, 4), steps = (unsigned)tu_arg_u64(argc, argv, 3, 2000);
+  unsigned threads = (unsigned)tu_arg_u64(argc, argv, 2, 4),
+           steps = (unsigned)tu_arg_u64(argc, argv, 3, 2000);
   REQUIRE(threads >= 1 && threads <= MAX_THREADS, "1 to %d threads", MAX_THREADS);
   static worker_t ws[MAX_THREADS];
   uint64_t zero = 0;
@@ -264,11 +282,13 @@ int main(int argc, char **argv) {
   round_of(ws, threads, seed + 99, steps, false); /* none now */
   malloc_trim(0);
   /* the C library's own buffers (stdio's, made on first use) may come after the start */
-  CHECK(stat("total.in_use") <= in_use0 + 4096, "in use %" PRIu64 " after all was freed, %" PRIu64 " at the start",
-        stat("total.in_use"), in_use0);
+  CHECK(stat("total.in_use") <= in_use0 + 4096,
+        "in use %" PRIu64 " after all was freed, %" PRIu64 " at the start", stat("total.in_use"), in_use0);
   uint64_t small = stat("tier.small.live_blocks"), mid = stat("tier.mid.live_blocks");
-  CHECK(small <= small0 + 2 && mid <= mid0 + 1, "live blocks: small %" PRIu64 " mid %" PRIu64
-        " after all was freed, %" PRIu64 " and %" PRIu64 " at the start", small, mid, small0, mid0);
+  CHECK(small <= small0 + 2 && mid <= mid0 + 1,
+        "live blocks: small %" PRIu64 " mid %" PRIu64 " after all was freed, %" PRIu64 " and %" PRIu64
+        " at the start",
+        small, mid, small0, mid0);
   CHECK(stat("tier.large.live_bytes") == 0 && stat("tier.huge.mapped_bytes") == 0,
         "large %" PRIu64 " and huge %" PRIu64 " bytes live after all was freed",
         stat("tier.large.live_bytes"), stat("tier.huge.mapped_bytes"));
@@ -279,7 +299,8 @@ int main(int argc, char **argv) {
   size_t vm = tu_vm_bytes();
   CHECK(vm <= vm0 + refused + (64u << 20), "address space %zu, %zu at the start, %" PRIu64 " refused unmaps",
         vm, vm0, refused);
-  printf("small %" PRIu64 " mid %" PRIu64 " live blocks; committed %" PRIu64 " -> %" PRIu64 "; vm %zu -> %zu\n",
+  printf("small %" PRIu64 " mid %" PRIu64 " live blocks; committed %" PRIu64 " -> %" PRIu64
+         "; vm %zu -> %zu\n",
          small, mid, committed0, committed, vm0, vm);
   return tu_finish("fault_workload");
 }

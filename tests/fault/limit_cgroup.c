@@ -93,7 +93,8 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/cgroup.subtree_control", dir);
   char controllers[1024];
   if (!read_file(path, controllers, sizeof controllers) || strstr(controllers, "memory") == NULL) {
-    if (!write_file(path, "+memory")) return skip("the memory controller is not delegated to this cgroup's children");
+    if (!write_file(path, "+memory"))
+      return skip("the memory controller is not delegated to this cgroup's children");
   }
   snprintf(dir + len, sizeof dir - len, "/hakmem-limit-%d", (int)getpid());
   if (mkdir(dir, 0755) != 0) return skip("cannot make a child cgroup (permission)");
@@ -130,7 +131,8 @@ int main(int argc, char **argv) {
   read_file(path, events, sizeof events);
   rmdir(dir);
   if (!ok) return skip("cannot move a process into the child cgroup");
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child %s %d", WIFEXITED(status) ? "exited with" : "was killed by",
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child %s %d",
+        WIFEXITED(status) ? "exited with" : "was killed by",
         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
   const char *kills = strstr(events, "oom_kill ");
   CHECK(kills == NULL || atoi(kills + 9) == 0, "the kernel killed in the cgroup: %s", events);

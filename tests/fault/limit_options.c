@@ -24,7 +24,8 @@ static void ctl_ranges(void) {
     CHECK(get(n) == 0, "%s: not 0 by default", n);
     static const uint64_t good[] = {1 << 20, 64 << 20, (uint64_t)3 << 30, (uint64_t)1 << 50, 0};
     for (size_t k = 0; k < sizeof good / sizeof good[0]; k++)
-      CHECK(set(n, good[k]) == 0 && get(n) == good[k], "%s = %" PRIu64 " refused or not read back", n, good[k]);
+      CHECK(set(n, good[k]) == 0 && get(n) == good[k], "%s = %" PRIu64 " refused or not read back", n,
+            good[k]);
     REQUIRE(set(n, 64 << 20) == 0, "%s = 64 MiB", n);
     static const uint64_t bad[] = {1, 4096, (1 << 20) - 1, ((uint64_t)1 << 50) + 1, UINT64_MAX};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
@@ -35,7 +36,8 @@ static void ctl_ranges(void) {
   }
   CHECK(set("limit.from_cgroup", 2) == -EINVAL, "limit.from_cgroup = 2 accepted");
   CHECK(set("limit.from_cgroup", 0) == 0 && get("limit.from_cgroup") == 0, "limit.from_cgroup = 0");
-  static const char *const figures[] = {"limit.committed", "limit.give_backs", "limit.refused", "os.rss_anon"};
+  static const char *const figures[] = {"limit.committed", "limit.give_backs", "limit.refused",
+                                        "os.rss_anon"};
   for (size_t k = 0; k < 4; k++) CHECK(set(figures[k], 0) == -EPERM, "%s written", figures[k]);
   /* Both figures, hakmem's and the kernel's, see a block written whole. */
   uint64_t c0 = get("limit.committed"), r0 = get("os.rss_anon");
@@ -53,11 +55,26 @@ typedef struct env_case {
 } env_case_t;
 
 static const env_case_t env_cases[] = {
-    {"64M", 64 << 20}, {"64m", 64 << 20}, {"1G", 1 << 30}, {"2t", (uint64_t)2 << 40},
-    {"1024K", 1 << 20}, {"1048576", 1 << 20}, {"0", 0}, {"1048576K", (uint64_t)1 << 30},
-    {"64MB", UINT64_MAX}, {"1.5G", UINT64_MAX}, {"-1", UINT64_MAX}, {"+64M", UINT64_MAX},
-    {"1048575", UINT64_MAX}, {"100", UINT64_MAX}, {"1025T", UINT64_MAX}, {"", UINT64_MAX},
-    {"M", UINT64_MAX}, {" 64M", UINT64_MAX}, {"64 M", UINT64_MAX}, {"99999999999999999999999", UINT64_MAX},
+    {"64M", 64 << 20},
+    {"64m", 64 << 20},
+    {"1G", 1 << 30},
+    {"2t", (uint64_t)2 << 40},
+    {"1024K", 1 << 20},
+    {"1048576", 1 << 20},
+    {"0", 0},
+    {"1048576K", (uint64_t)1 << 30},
+    {"64MB", UINT64_MAX},
+    {"1.5G", UINT64_MAX},
+    {"-1", UINT64_MAX},
+    {"+64M", UINT64_MAX},
+    {"1048575", UINT64_MAX},
+    {"100", UINT64_MAX},
+    {"1025T", UINT64_MAX},
+    {"", UINT64_MAX},
+    {"M", UINT64_MAX},
+    {" 64M", UINT64_MAX},
+    {"64 M", UINT64_MAX},
+    {"99999999999999999999999", UINT64_MAX},
 };
 
 /* The child: the name reads what the option said. */
@@ -71,7 +88,8 @@ static int env_child(const char *name, const char *value, const char *want) {
 }
 
 static void env_cases_run(const char *self) {
-  static const char *const options[][2] = {{"HAKMEM_LIMIT_SOFT", "limit.soft"}, {"HAKMEM_LIMIT_HARD", "limit.hard"}};
+  static const char *const options[][2] = {{"HAKMEM_LIMIT_SOFT", "limit.soft"},
+                                           {"HAKMEM_LIMIT_HARD", "limit.hard"}};
   for (int o = 0; o < 2; o++) {
     for (size_t k = 0; k < sizeof env_cases / sizeof env_cases[0]; k++) {
       const env_case_t *c = &env_cases[k];
@@ -92,7 +110,8 @@ static void env_cases_run(const char *self) {
       char err[4096];
       size_t got = 0;
       ssize_t r;
-      while (got < sizeof err - 1 && (r = read(fds[0], err + got, sizeof err - 1 - got)) > 0) got += (size_t)r;
+      while (got < sizeof err - 1 && (r = read(fds[0], err + got, sizeof err - 1 - got)) > 0)
+        got += (size_t)r;
       err[got] = '\0';
       close(fds[0]);
       int status;

@@ -78,7 +78,8 @@ int main(int argc, char **argv) {
   churn(WORKING_MIB);
   a = huge_block(2);
   uint64_t committed = stat_of("limit.committed"), rss = stat_of("os.rss_anon");
-  printf("soft limit %d MiB: committed %" PRIu64 " MiB, RSS %" PRIu64 " MiB\n", SOFT_MIB, committed >> 20, rss >> 20);
+  printf("soft limit %d MiB: committed %" PRIu64 " MiB, RSS %" PRIu64 " MiB\n", SOFT_MIB, committed >> 20,
+         rss >> 20);
   CHECK(committed <= soft, "committed %" PRIu64 " past the soft limit %zu", committed, soft);
   CHECK(rss <= soft, "RSS %" PRIu64 " past the soft limit %zu", rss, soft);
   CHECK(stat_of("limit.give_backs") > give_backs, "no give-back counted");
@@ -86,13 +87,16 @@ int main(int argc, char **argv) {
 
   /* Four threads, each leaving freed memory in its own heap; then a second huge block. */
   pthread_t t[THREADS];
-  for (int i = 0; i < THREADS; i++) REQUIRE(pthread_create(&t[i], NULL, thread_churn, NULL) == 0, "pthread_create");
+  for (int i = 0; i < THREADS; i++)
+    REQUIRE(pthread_create(&t[i], NULL, thread_churn, NULL) == 0, "pthread_create");
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   unsigned char *b = huge_block(3);
   committed = stat_of("limit.committed");
   rss = stat_of("os.rss_anon");
-  printf("four threads, two huge blocks: committed %" PRIu64 " MiB, RSS %" PRIu64 " MiB\n", committed >> 20, rss >> 20);
-  CHECK(committed <= soft + HUGE_MIB * MIB, "committed %" PRIu64 ": freed memory kept past the soft limit", committed);
+  printf("four threads, two huge blocks: committed %" PRIu64 " MiB, RSS %" PRIu64 " MiB\n", committed >> 20,
+         rss >> 20);
+  CHECK(committed <= soft + HUGE_MIB * MIB, "committed %" PRIu64 ": freed memory kept past the soft limit",
+        committed);
   CHECK(rss <= soft + HUGE_MIB * MIB, "RSS %" PRIu64 ": freed memory kept past the soft limit", rss);
   CHECK(tu_all_bytes(a, HUGE_MIB * MIB, 2) && tu_all_bytes(b, HUGE_MIB * MIB, 3), "a huge block changed");
   free(a);

@@ -84,8 +84,9 @@ int main(int argc, char **argv) {
   CHECK(again > 0, "nothing could be allocated after freeing half");
   if (hard) {
     uint64_t committed = 0;
-    REQUIRE(hak_stats_get("limit.committed", &committed) == 0 && hak_stats_get("limit.refused", &refused) == 0,
-            "limit figures");
+    REQUIRE(
+        hak_stats_get("limit.committed", &committed) == 0 && hak_stats_get("limit.refused", &refused) == 0,
+        "limit figures");
     CHECK(committed <= hard_limit + (64 << 10), "%" PRIu64 " bytes committed past the hard limit %" PRIu64,
           committed, hard_limit);
     CHECK(refused > 0, "the nulls were not the hard limit's");
@@ -98,6 +99,7 @@ int main(int argc, char **argv) {
       CHECK(o->v[0] == want && o->v[63] == want, "object %p changed", static_cast<void *>(o));
       delete o;
     }
-  printf("new (nothrow): %zu objects until null, bad_alloc thrown in every thread, %zu again\n", total, again);
+  printf("new (nothrow): %zu objects until null, bad_alloc thrown in every thread, %zu again\n", total,
+         again);
   return tu_finish("oom_cxx");
 }

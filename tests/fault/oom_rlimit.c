@@ -24,10 +24,14 @@ typedef struct tier {
 } tier_t;
 
 static const tier_t tiers[] = {
-    {"small malloc", 200, 0, 0},        {"mid malloc", 24 << 10, 0, 0},
-    {"large malloc", 1 << 20, 0, 0},    {"huge malloc", 40u << 20, 0, 0},
-    {"calloc", 300 << 10, 0, 1},        {"posix_memalign", 5000, 4096, 2},
-    {"aligned_alloc", 64 << 10, 64 << 10, 3}, {"user heap", 3000, 0, 4},
+    {"small malloc", 200, 0, 0},
+    {"mid malloc", 24 << 10, 0, 0},
+    {"large malloc", 1 << 20, 0, 0},
+    {"huge malloc", 40u << 20, 0, 0},
+    {"calloc", 300 << 10, 0, 1},
+    {"posix_memalign", 5000, 4096, 2},
+    {"aligned_alloc", 64 << 10, 64 << 10, 3},
+    {"user heap", 3000, 0, 4},
 };
 
 typedef struct worker {
@@ -54,7 +58,10 @@ static void *alloc_one(const tier_t *t, hak_heap_t *h, int *err) {
   errno = 0;
   switch (t->kind) {
   case 1: p = calloc(1, t->size); break;
-  case 2: *err = posix_memalign(&p, t->align, t->size); if (*err) p = NULL; return p;
+  case 2:
+    *err = posix_memalign(&p, t->align, t->size);
+    if (*err) p = NULL;
+    return p;
   case 3: p = aligned_alloc(t->align, t->size); break;
   case 4: p = hak_heap_malloc(h, t->size); break;
   default: p = malloc(t->size); break;
@@ -168,7 +175,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < THREADS; i++) {
       ws[i].t = &tiers[k];
       ws[i].count = ws[i].nulls = ws[i].again = 0;
-      REQUIRE(pthread_create(&ws[i].tid, NULL, fill_until_null, &ws[i]) == 0, "pthread_create (%s)", tiers[k].name);
+      REQUIRE(pthread_create(&ws[i].tid, NULL, fill_until_null, &ws[i]) == 0, "pthread_create (%s)",
+              tiers[k].name);
     }
     for (int i = 0; i < THREADS; i++) {
       pthread_join(ws[i].tid, NULL);

@@ -46,21 +46,24 @@ typedef struct input {
 static unsigned take(input_t *in) { return in->p < in->end ? *in->p++ : 0; }
 static unsigned take16(input_t *in) { return take(in) | take(in) << 8; }
 
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "fuzz_api: " __VA_ARGS__);                                 \
-    fputc('\n', stderr);                                                       \
-    abort();                                                                   \
+#define FAIL(...)                              \
+  do {                                         \
+    fprintf(stderr, "fuzz_api: " __VA_ARGS__); \
+    fputc('\n', stderr);                       \
+    abort();                                   \
   } while (0)
 
 /* A size in a tier the input picks: small, mid, large, and rarely huge. */
 static size_t take_size(input_t *in) {
   unsigned t = take(in), v = take16(in);
   switch (t & 7) {
-  case 0: case 1: case 2: return v % 1025;                    /* 0 .. 1 KiB */
-  case 3: case 4: return 1024 + v * 2;                         /* mid: .. 129 KiB */
-  case 5: return (128u << 10) + (size_t)v * 64;                /* large: .. 4.1 MiB */
-  case 6: return (128u << 10) + (size_t)v * 128;               /* large: .. 8.1 MiB */
+  case 0:
+  case 1:
+  case 2: return v % 1025; /* 0 .. 1 KiB */
+  case 3:
+  case 4: return 1024 + v * 2;                   /* mid: .. 129 KiB */
+  case 5: return (128u << 10) + (size_t)v * 64;  /* large: .. 4.1 MiB */
+  case 6: return (128u << 10) + (size_t)v * 128; /* large: .. 8.1 MiB */
   default: /* huge now and then (every page of one costs a fault), else tiny */
     return (t & 0xf0) == 0xf0 ? (32u << 20) + (size_t)v * 16 : v % 65;
   }
@@ -114,8 +117,8 @@ static void verify_zero(const unsigned char *p, size_t n, const char *what) {
   if (!all_bytes(p, n, 0)) FAIL("%s: %p (%zu) is not all zero", what, (void *)p, n);
 }
 
-static void adopt(slot_t *s, void *p, size_t n, size_t align, int heap, int how, bool zero,
-                  unsigned char tag, const char *what) {
+static void adopt(slot_t *s, void *p, size_t n, size_t align, int heap, int how, bool zero, unsigned char tag,
+                  const char *what) {
   if (p == NULL) FAIL("%s(%zu, align %zu) returned NULL (errno %d)", what, n, align, errno);
   if (((uintptr_t)p & (align - 1)) != 0) FAIL("%s(%zu) = %p not %zu-aligned", what, n, p, align);
   if (((uintptr_t)p & 15) != 0 && n >= 16) FAIL("%s(%zu) = %p not 16-aligned", what, n, p);
@@ -217,7 +220,8 @@ static void do_realloc(slot_t *s, size_t n, int heap, unsigned char tag) {
   if (keep > 0) {
     const unsigned char *c = q;
     size_t head = s->usable <= 4096 ? s->usable : 256; /* what fill wrote whole */
-    if (!all_bytes(c, keep < head ? keep : head, s->tag)) FAIL("realloc(%p, %zu) = %p lost its head", old, n, q);
+    if (!all_bytes(c, keep < head ? keep : head, s->tag))
+      FAIL("realloc(%p, %zu) = %p lost its head", old, n, q);
     if (keep > 4096)
       for (size_t i = STRIDE; i + 1 < keep && i + 1 < s->usable; i += STRIDE)
         if (c[i] != s->tag) FAIL("realloc(%p, %zu) = %p lost byte %zu", old, n, q, i);
@@ -232,7 +236,10 @@ static void misuse_that_must_not_abort(unsigned what) {
   void *p = (void *)1;
   volatile size_t bad_align = 24 * (1 + (what >> 3) % 2); /* 24 or 48: not powers of two */
   switch (what % 8) {
-  case 0: free(NULL); hak_free_sized(NULL, 0); break;
+  case 0:
+    free(NULL);
+    hak_free_sized(NULL, 0);
+    break;
   case 1:
     errno = 0;
     if (malloc(SIZE_MAX - 4096) != NULL || errno != ENOMEM) FAIL("malloc(huge) not NULL/ENOMEM");
@@ -273,14 +280,16 @@ static void do_ctl(unsigned what, unsigned v) {
   static const char *const names[] = {"opt.purge_delay_ms", "opt.region_cache"};
   int64_t val;
   const char *name = names[what & 1];
-  if (what & 1) val = v % 5;                       /* regions */
+  if (what & 1) val = v % 5;                         /* regions */
   else val = (v % 4) == 0 ? -1 : (int64_t)(v % 300); /* ms, or never */
   if (hak_ctl_set(name, &val, sizeof val) != 0) FAIL("hak_ctl_set(%s, %lld)", name, (long long)val);
   int64_t back = 0;
   size_t len = sizeof back;
-  if (hak_ctl_get(name, &back, &len) != 0 || back != val) FAIL("hak_ctl_get(%s) = %lld after setting %lld", name, (long long)back, (long long)val);
+  if (hak_ctl_get(name, &back, &len) != 0 || back != val)
+    FAIL("hak_ctl_get(%s) = %lld after setting %lld", name, (long long)back, (long long)val);
   uint64_t x;
-  static const char *const figures[] = {"total.in_use", "total.committed", "total.mapped", "tier.large.live_bytes", "class.3.live_blocks"};
+  static const char *const figures[] = {"total.in_use", "total.committed", "total.mapped",
+                                        "tier.large.live_bytes", "class.3.live_blocks"};
   if (hak_stats_get(figures[v % 5], &x) != 0) FAIL("hak_stats_get(%s)", figures[v % 5]);
 }
 
@@ -290,9 +299,9 @@ static void step(input_t *in) {
   unsigned char tag = (unsigned char)(idx * 37 + op + 1);
   int h = (int)(idx >> 6) % HEAPS;
   if (op >= 10 && op < 20) op += 10;
-  bool on_block = op < 24 || op >= 28;           /* 20 .. 23, 28, 29: on a live block */
+  bool on_block = op < 24 || op >= 28;                /* 20 .. 23, 28, 29: on a live block */
   if (op >= 20 && on_block && s->p == NULL) op %= 10; /* which it makes first */
-  if (op < 10 && s->p != NULL) op = 20 + op % 4;  /* a slot in use: free or realloc it */
+  if (op < 10 && s->p != NULL) op = 20 + op % 4;      /* a slot in use: free or realloc it */
   size_t n = op < 10 || op == 22 || op == 23 ? take_size(in) : 0;
   if (op < 10 && live + n > LIVE_CAP) return;
   errno = 0;
@@ -331,7 +340,9 @@ static void step(input_t *in) {
     adopt(s, hak_heap_aligned_alloc(heap_for(h), a, n), n, a, h, 0, false, tag, "hak_heap_aligned_alloc");
     break;
   }
-  case 9: adopt(s, n > 4096 ? valloc(n) : pvalloc(n), n, 4096, -1, 0, false, tag, n > 4096 ? "valloc" : "pvalloc"); break;
+  case 9:
+    adopt(s, n > 4096 ? valloc(n) : pvalloc(n), n, 4096, -1, 0, false, tag, n > 4096 ? "valloc" : "pvalloc");
+    break;
   case 20: release(s, false); break;
   case 21: release(s, true); break;
   case 22: do_realloc(s, n, -1, tag); break;

@@ -269,7 +269,7 @@ def main():
     check("abandoned slabs: 0" in heap, "abandoned lists not read", heap)
     check(re.search(r"regions: 1 \(64\.00 MiB mapped\)", heap), "region list not read", heap)
     check("large: 1 live block" in heap, "the large block is not counted", heap)
-    check(re.search(r"huge: [\d.]+ MiB mapped \(hak_gstats.huge_mapped\), 1 live block", heap),
+    check(re.search(r"huge: [\d.]+ MiB mapped \(gstats.huge_mapped\), 1 live block", heap),
           "the huge block is not found", heap)
     if secure:
         check("quarantine (hardened build)" in heap, "no quarantine line", heap)
@@ -303,11 +303,11 @@ def main():
 
     # hakmem thread: main's heap, then the worker's held-back frees.
     main_thread, worker = thread_sections(live_out)
-    check(re.search(r"thread 1, LWP \d+: hak_tls_heap = 0x", main_thread), "thread 1's heap", main_thread)
+    check(re.search(r"thread 1, LWP \d+: tls_heap = 0x", main_thread), "thread 1's heap", main_thread)
     check(re.search(r"^\s+\d+\s+%d\s+0x[0-9a-f]+\s+\d+" % small, main_thread, re.M),
           "no row for the %d-byte class in thread 1's heap" % small, main_thread)
     chains = [int(n) for n in re.findall(r"chain \d+: (\d+) blocks? ", worker)]
-    check(re.search(r"thread 2, LWP \d+: hak_tls_heap = 0x", worker), "thread 2's heap", worker)
+    check(re.search(r"thread 2, LWP \d+: tls_heap = 0x", worker), "thread 2's heap", worker)
     check(chains and sum(chains) == pending, "the worker's pending chains hold %s blocks, "
           "hakmem heap's pending column %d" % (chains, pending), worker)
 

@@ -14,12 +14,12 @@
 
 #include "hakmem.h"
 
-#define SMALL_SIZE 40       /* a tiny class (48 bytes; 64 in the hardened build) */
-#define N_SMALL 400         /* every fourth one stays live */
-#define MID_SIZE 120000     /* the largest mid class: four blocks fill a slab */
+#define SMALL_SIZE 40   /* a tiny class (48 bytes; 64 in the hardened build) */
+#define N_SMALL 400     /* every fourth one stays live */
+#define MID_SIZE 120000 /* the largest mid class: four blocks fill a slab */
 #define N_MID 6
-#define REMOTE_SIZE 200     /* freed by the worker thread: frees into another's slab */
-#define LARGE_SIZE 1048699  /* a large block: a span of units */
+#define REMOTE_SIZE 200    /* freed by the worker thread: frees into another's slab */
+#define LARGE_SIZE 1048699 /* a large block: a span of units */
 #define FREED_LARGE_SIZE 300000
 #define HUGE_SIZE (40u * 1024 * 1024 + 5) /* a mapping of its own */
 
@@ -85,8 +85,7 @@ int main(int argc, char **argv) {
 
   FILE *f = fopen(argv[1], "w");
   if (f == NULL) return 1;
-  fprintf(f, "small_live %d\nmid_live %d\nremote_live %d\n", N_SMALL / 4, N_MID,
-          n_remote - n_remote_freed);
+  fprintf(f, "small_live %d\nmid_live %d\nremote_live %d\n", N_SMALL / 4, N_MID, n_remote - n_remote_freed);
   fprintf(f, "large_size %d\nhuge_size %u\nstatic %p\n", LARGE_SIZE, HUGE_SIZE, (void *)&static_int);
   fclose(f);
   /* Freed last: its span goes back to its region, where the allocations above (the

@@ -16,11 +16,15 @@
 static uint64_t g_seed;
 
 /* Sizes across the tiers: tiny, mid, large, huge. */
-static const size_t sizes[] = {0, 1, 8, 15, 16, 17, 100, 512, 1000, 1024, 1025, 2000, 4096, 5000,
-                               16 * KiB, 100 * KiB, 128 * KiB, 128 * KiB + 1, 300 * KiB, 2 * MiB};
+static const size_t sizes[] = {
+    0,    1,    8,    15,   16,       17,        100,       512,           1000,      1024,
+    1025, 2000, 4096, 5000, 16 * KiB, 100 * KiB, 128 * KiB, 128 * KiB + 1, 300 * KiB, 2 * MiB};
 
 /* Keeps a block the test does not look at again (it goes with its heap). */
-static void keep(void *p) { REQUIRE(p != NULL, "allocation failed"); ((char *)p)[0] = 1; }
+static void keep(void *p) {
+  REQUIRE(p != NULL, "allocation failed");
+  ((char *)p)[0] = 1;
+}
 
 static size_t live_in(hak_heap_t *h, size_t *bytes) {
   hak_heap_stats_t st;
@@ -91,7 +95,8 @@ static void test_basic(void) {
 static void test_errno_and_forms(void) {
   hak_heap_t *h = hak_heap_new();
   errno = 0;
-  CHECK(hak_heap_malloc(h, tu_opaque(SIZE_MAX)) == NULL && errno == ENOMEM, "malloc(SIZE_MAX): errno %d", errno);
+  CHECK(hak_heap_malloc(h, tu_opaque(SIZE_MAX)) == NULL && errno == ENOMEM, "malloc(SIZE_MAX): errno %d",
+        errno);
   errno = 0;
   CHECK(hak_heap_malloc(h, tu_opaque(PTRDIFF_MAX)) == NULL && errno == ENOMEM, "malloc(PTRDIFF_MAX)");
   errno = 0;
@@ -136,8 +141,8 @@ static void test_errno_and_forms(void) {
     REQUIRE(r != NULL, "realloc to %zu", n);
     tu_verify("realloc kept prefix", r, 40, 1, g_seed);
   }
-  CHECK(live_in(h, NULL) == before + 1, "the grown block left the heap: %zu live, want %zu",
-        live_in(h, NULL), before + 1);
+  CHECK(live_in(h, NULL) == before + 1, "the grown block left the heap: %zu live, want %zu", live_in(h, NULL),
+        before + 1);
   CHECK(hak_heap_realloc(h, r, 0) == NULL, "realloc(p, 0) returns NULL");
   CHECK(live_in(h, NULL) == before, "realloc(p, 0) did not free");
   /* A default-heap block moved by hak_heap_realloc lands in the heap. */

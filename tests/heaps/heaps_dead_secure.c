@@ -35,8 +35,7 @@ static void request(tu_rng *rng) {
     if (n[i] > 4096) n[i] = 4096;
     p[i] = hak_heap_malloc(h, n[i]);
     REQUIRE(p[i] != NULL, "hak_heap_malloc");
-    for (size_t j = 16; j < n[i]; j++)
-      REQUIRE(p[i][j] == 0, "a block of a new heap holds old data");
+    for (size_t j = 16; j < n[i]; j++) REQUIRE(p[i][j] == 0, "a block of a new heap holds old data");
   }
   for (int i = 0; i < BLOCKS; i++) memset(p[i], 0xA5, n[i]);
   hak_heap_destroy(h);

@@ -17,8 +17,8 @@ enum { BLOCKS = 400 };
 static uint64_t g_seed;
 
 typedef struct shared {
-  hak_heap_t *heap;       /* the worker's heap */
-  void *blocks[BLOCKS];   /* its blocks, published for the other threads and the child */
+  hak_heap_t *heap;     /* the worker's heap */
+  void *blocks[BLOCKS]; /* its blocks, published for the other threads and the child */
   _Atomic int ready, stop;
 } shared_t;
 
@@ -104,7 +104,8 @@ static void fork_once(shared_t *other) {
   CHECK(tu_in_child("child of a thread with heaps", in_child, &st, 60), "child failed");
   hak_heap_set_default(old);
   /* The parent's heap is untouched by the child's work. */
-  for (int i = 0; i < BLOCKS; i++) check("forker's heap block in the parent", st.mine_blocks[i], 48, (uint64_t)i + 7);
+  for (int i = 0; i < BLOCKS; i++)
+    check("forker's heap block in the parent", st.mine_blocks[i], 48, (uint64_t)i + 7);
   hak_heap_destroy(st.mine);
 }
 

@@ -28,8 +28,9 @@
 #endif
 
 #define DESTROYED "destroyed heap 0x"
-#define FREE_GONE "hakmem: free(): invalid pointer 0x", "hakmem: free(): double free 0x", \
-                  "hakmem: free(): block of a destroyed heap 0x"
+#define FREE_GONE                                                         \
+  "hakmem: free(): invalid pointer 0x", "hakmem: free(): double free 0x", \
+      "hakmem: free(): block of a destroyed heap 0x"
 
 static hak_heap_t *hide(hak_heap_t *h) { return tu_hide(h); }
 static void use(void *p) { tu_hide(p); }
@@ -59,7 +60,10 @@ static void stats_destroyed(void) {
   hak_heap_stats_t st;
   hak_heap_stats(destroyed_heap(true), &st);
 }
-static int visit_none(void *b, size_t n, void *a) { (void)b, (void)n, (void)a; return 0; }
+static int visit_none(void *b, size_t n, void *a) {
+  (void)b, (void)n, (void)a;
+  return 0;
+}
 static void visit_destroyed(void) { hak_heap_visit(destroyed_heap(true), visit_none, NULL); }
 
 static void not_heap_null(void) { use(hak_heap_malloc(hide(NULL), 16)); }
@@ -77,8 +81,16 @@ static void not_heap_garbage(void) { hak_heap_release(hide((hak_heap_t *)(uintpt
 static void destroy_own_heap(void) { hak_heap_destroy(hide(hak_heap_get_default())); }
 
 static hak_heap_t *g_heap;
-static void *thread_malloc(void *arg) { (void)arg; use(hak_heap_malloc(g_heap, 16)); return NULL; }
-static void *thread_destroy(void *arg) { (void)arg; hak_heap_destroy(g_heap); return NULL; }
+static void *thread_malloc(void *arg) {
+  (void)arg;
+  use(hak_heap_malloc(g_heap, 16));
+  return NULL;
+}
+static void *thread_destroy(void *arg) {
+  (void)arg;
+  hak_heap_destroy(g_heap);
+  return NULL;
+}
 static void *thread_new_exit(void *arg) {
   (void)arg;
   g_heap = hak_heap_new();
@@ -206,10 +218,17 @@ static const misuse_case_t cases[] = {
     {"not_heap_block", not_heap_block, false, {"hakmem: hak_heap_destroy(): not a heap 0x"}},
     {"not_heap_inside", not_heap_inside, false, {"hakmem: hak_heap_malloc(): not a heap 0x"}},
     {"not_heap_garbage", not_heap_garbage, false, {"hakmem: hak_heap_release(): not a heap 0x"}},
-    {"destroy_own_heap", destroy_own_heap, false,
+    {"destroy_own_heap",
+     destroy_own_heap,
+     false,
      {"hakmem: hak_heap_destroy(): not a heap made by hak_heap_new 0x"}},
-    {"other_thread_malloc", other_thread_malloc, false, {"hakmem: hak_heap_malloc(): heap of another thread 0x"}},
-    {"other_thread_destroy", other_thread_destroy, false,
+    {"other_thread_malloc",
+     other_thread_malloc,
+     false,
+     {"hakmem: hak_heap_malloc(): heap of another thread 0x"}},
+    {"other_thread_destroy",
+     other_thread_destroy,
+     false,
      {"hakmem: hak_heap_destroy(): heap of another thread 0x"}},
     {"exited_thread_heap", exited_thread_heap, false, {"hakmem: hak_heap_malloc(): " DESTROYED}},
     {"free_after_destroy_64", free_after_destroy_64, false, {FREE_GONE}},
@@ -218,7 +237,9 @@ static const misuse_case_t cases[] = {
     {"free_after_destroy_huge", free_after_destroy_huge, false, {FREE_GONE}},
     {"free_after_destroy_other_thread", free_after_destroy_other_thread, false, {FREE_GONE}},
     {"free_twice_across_destroy", free_twice_across_destroy, false, {FREE_GONE}},
-    {"realloc_after_destroy", realloc_after_destroy, false,
+    {"realloc_after_destroy",
+     realloc_after_destroy,
+     false,
      {"hakmem: realloc(): invalid pointer 0x", "hakmem: realloc(): double free 0x"}},
     {"destroy_twice_after_new", destroy_twice_after_new, true, {"hakmem: hak_heap_destroy(): " DESTROYED}},
     {"malloc_after_new", malloc_after_new, true, {"hakmem: hak_heap_malloc(): " DESTROYED}},
@@ -255,7 +276,9 @@ static bool run_case(const misuse_case_t *c) {
   for (int i = 0; i < 4 && c->expect[i]; i++) said |= strstr(out, c->expect[i]) != NULL;
   bool ok = aborted && said;
   printf("%s %-34s %s\n", ok ? "ok  " : "FAIL", c->name,
-         ok ? "" : aborted ? "aborted without the expected line" : "did not abort");
+         ok        ? ""
+         : aborted ? "aborted without the expected line"
+                   : "did not abort");
   if (!ok) printf("     child's stderr: %s\n", out);
   return ok;
 }

@@ -76,8 +76,8 @@ static void *monitor(void *arg) {
         hak_heap_stats_t st;
         hak_heap_stats(g_live[i].heap, &st);
         CHECK(st.in_use <= st.reserved && st.reserved <= st.peak && st.blocks <= g_blocks,
-              "heap stats: in_use %zu reserved %zu peak %zu blocks %zu", st.in_use, st.reserved,
-              st.peak, st.blocks);
+              "heap stats: in_use %zu reserved %zu peak %zu blocks %zu", st.in_use, st.reserved, st.peak,
+              st.blocks);
         atomic_fetch_add(&g_stats_read, 1);
       }
       pthread_mutex_unlock(&g_live[i].mu);
@@ -199,11 +199,11 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < freers; i++) pthread_join(ft[i], NULL);
   CHECK(g_destroyed + g_released == owners * g_rounds, "%llu destroyed + %llu released",
         (unsigned long long)g_destroyed, (unsigned long long)g_released);
-  printf("heaps_stress: %u owners x %llu heaps (%llu destroyed, %llu released), %llu blocks freed by "
-         "other threads, %llu statistics read, %.2f s\n",
-         owners, (unsigned long long)g_rounds, (unsigned long long)g_destroyed,
-         (unsigned long long)g_released, (unsigned long long)g_freed_remote,
-         (unsigned long long)g_stats_read, tu_now() - t0);
+  printf(
+      "heaps_stress: %u owners x %llu heaps (%llu destroyed, %llu released), %llu blocks freed by "
+      "other threads, %llu statistics read, %.2f s\n",
+      owners, (unsigned long long)g_rounds, (unsigned long long)g_destroyed, (unsigned long long)g_released,
+      (unsigned long long)g_freed_remote, (unsigned long long)g_stats_read, tu_now() - t0);
   /* What waited for the freers' chains is finished by the next heap made. */
   hak_heap_destroy(hak_heap_new());
   hak_info_t info;

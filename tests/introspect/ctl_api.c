@@ -77,7 +77,8 @@ static void every_name(void) {
   size_t count = 0;
   for (size_t i = 0; (d = hak_ctl_describe(i)) != NULL; i++, count++) {
     CHECK(d->name && d->unit && d->doc && *d->doc, "entry %zu incomplete", i);
-    for (size_t j = 0; j < i; j++) CHECK(strcmp(hak_ctl_describe(j)->name, d->name) != 0, "%s twice", d->name);
+    for (size_t j = 0; j < i; j++)
+      CHECK(strcmp(hak_ctl_describe(j)->name, d->name) != 0, "%s twice", d->name);
     const char *at = strstr(d->name, "<n>");
     if (at == NULL) {
       check_one(d, d->name);
@@ -99,13 +100,42 @@ static void every_name(void) {
 /* ---- wrong names and arguments ---------------------------------------------------- */
 static void wrong_names(void) {
   static const char *const bad[] = {
-      "", "total", "total.", ".total.in_use", "total.in_use.", "total.in_use.x", "total..in_use",
-      "TOTAL.IN_USE", "total.in_use ", " total.in_use", "tier", "tier.small", "tier.small.",
-      "tier.giant.live_bytes", "class", "class.", "class.5", "class.5.", "class..slabs",
-      "class.51.slabs", "class.64.slabs", "class.-1.slabs", "class.01.slabs", "class.+1.slabs",
-      "class.1a.slabs", "class.99999999999999999999999.slabs", "class.<n>.slabs",
-      "class.5.slabs.x", "class.5.nope", "opt", "opt.purge_delay", "opt.PURGE_DELAY_MS",
-      "HAKMEM_PURGE_DELAY_MS", "purge.madvise_calls\n", "threads.alive\t", "\xff\xfe",
+      "",
+      "total",
+      "total.",
+      ".total.in_use",
+      "total.in_use.",
+      "total.in_use.x",
+      "total..in_use",
+      "TOTAL.IN_USE",
+      "total.in_use ",
+      " total.in_use",
+      "tier",
+      "tier.small",
+      "tier.small.",
+      "tier.giant.live_bytes",
+      "class",
+      "class.",
+      "class.5",
+      "class.5.",
+      "class..slabs",
+      "class.51.slabs",
+      "class.64.slabs",
+      "class.-1.slabs",
+      "class.01.slabs",
+      "class.+1.slabs",
+      "class.1a.slabs",
+      "class.99999999999999999999999.slabs",
+      "class.<n>.slabs",
+      "class.5.slabs.x",
+      "class.5.nope",
+      "opt",
+      "opt.purge_delay",
+      "opt.PURGE_DELAY_MS",
+      "HAKMEM_PURGE_DELAY_MS",
+      "purge.madvise_calls\n",
+      "threads.alive\t",
+      "\xff\xfe",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     uint64_t v = 12345;
@@ -166,7 +196,8 @@ static void options(void) {
   CHECK(set("opt.purge_delay_ms", 7) == 0 && report_says("options: purge_delay_ms=7 "), "report after set");
   static const int64_t bad_delays[] = {-2, -100, INT64_MIN, (int64_t)INT32_MAX + 1, INT64_MAX};
   for (size_t i = 0; i < sizeof bad_delays / sizeof bad_delays[0]; i++)
-    CHECK(set("opt.purge_delay_ms", bad_delays[i]) == -EINVAL, "purge delay %" PRId64 " accepted", bad_delays[i]);
+    CHECK(set("opt.purge_delay_ms", bad_delays[i]) == -EINVAL, "purge delay %" PRId64 " accepted",
+          bad_delays[i]);
   CHECK(get_signed("opt.purge_delay_ms") == 7, "a refused value changed the delay");
   CHECK(set("opt.purge_delay_ms", 100) == 0, "back to 100");
 
@@ -177,7 +208,8 @@ static void options(void) {
   CHECK(set("opt.region_cache", 5) == 0 && report_says("region_cache=5 "), "region cache in the report");
   CHECK(set("opt.region_cache", 2) == 0, "region cache back to 2");
 
-  for (int64_t v = 0; v <= 2; v++) CHECK(set("opt.stats", v) == 0 && get("opt.stats") == (uint64_t)v, "stats %d", (int)v);
+  for (int64_t v = 0; v <= 2; v++)
+    CHECK(set("opt.stats", v) == 0 && get("opt.stats") == (uint64_t)v, "stats %d", (int)v);
   CHECK(set("opt.stats", 3) == -EINVAL && set("opt.stats", -1) == -EINVAL, "stats 3 or -1 accepted");
   CHECK(set("opt.stats", 0) == 0, "stats back to 0");
   CHECK(set("opt.thp", 0) == -EPERM && get("opt.thp") == 1, "opt.thp written");
@@ -198,11 +230,14 @@ static void classes(void) {
     for (int i = 0; i < K; i++) {
       p[i] = malloc(size);
       REQUIRE(p[i] != NULL, "malloc(%" PRIu64 ")", size);
-      CHECK(malloc_usable_size(p[i]) == size, "class %" PRIu64 ": usable size %zu", c, malloc_usable_size(p[i]));
+      CHECK(malloc_usable_size(p[i]) == size, "class %" PRIu64 ": usable size %zu", c,
+            malloc_usable_size(p[i]));
     }
     uint64_t live = get(class_name(name, sizeof name, c, "live_blocks"));
-    CHECK(live == live0 + K, "class %" PRIu64 ": %" PRIu64 " live blocks, expected %" PRIu64, c, live, live0 + K);
-    CHECK(get(class_name(name, sizeof name, c, "live_bytes")) == live * size, "class %" PRIu64 " live bytes", c);
+    CHECK(live == live0 + K, "class %" PRIu64 ": %" PRIu64 " live blocks, expected %" PRIu64, c, live,
+          live0 + K);
+    CHECK(get(class_name(name, sizeof name, c, "live_bytes")) == live * size, "class %" PRIu64 " live bytes",
+          c);
     CHECK(get(class_name(name, sizeof name, c, "slabs")) >= 1, "class %" PRIu64 ": no slab", c);
     for (int i = 0; i < K; i++) free(p[i]);
     CHECK(get(class_name(name, sizeof name, c, "live_blocks")) == live0, "class %" PRIu64 " after free", c);
@@ -221,8 +256,8 @@ static void classes(void) {
   hak_info_t info;
   hak_get_info(&info);
   uint64_t total = small + mid + get("tier.large.live_bytes") + get("tier.huge.mapped_bytes");
-  CHECK(get("total.in_use") == total && info.in_use == total, "total.in_use %" PRIu64 ", info %zu, sum %" PRIu64,
-        get("total.in_use"), info.in_use, total);
+  CHECK(get("total.in_use") == total && info.in_use == total,
+        "total.in_use %" PRIu64 ", info %zu, sum %" PRIu64, get("total.in_use"), info.in_use, total);
   CHECK(get("total.mapped") == info.mapped && get("total.committed") == info.committed, "mapped, committed");
   CHECK(get("total.peak_in_use") >= get("total.in_use"), "peak below in use");
 }
@@ -231,13 +266,16 @@ static void large_and_huge(void) {
   uint64_t large0 = get("tier.large.live_bytes"), allocs0 = get("tier.large.allocs");
   void *l = malloc(1 << 20);
   REQUIRE(l != NULL, "malloc 1 MiB");
-  CHECK(get("tier.large.live_bytes") >= large0 + (1 << 20) && get("tier.large.allocs") == allocs0 + 1, "large");
+  CHECK(get("tier.large.live_bytes") >= large0 + (1 << 20) && get("tier.large.allocs") == allocs0 + 1,
+        "large");
   free(l);
   CHECK(get("tier.large.live_bytes") == large0, "large after free");
   uint64_t huge0 = get("tier.huge.mapped_bytes"), hallocs0 = get("tier.huge.allocs");
   void *h = malloc((size_t)40 << 20);
   REQUIRE(h != NULL, "malloc 40 MiB");
-  CHECK(get("tier.huge.mapped_bytes") >= huge0 + ((size_t)40 << 20) && get("tier.huge.allocs") == hallocs0 + 1, "huge");
+  CHECK(
+      get("tier.huge.mapped_bytes") >= huge0 + ((size_t)40 << 20) && get("tier.huge.allocs") == hallocs0 + 1,
+      "huge");
   CHECK(get("total.mapped") >= ((size_t)40 << 20), "total.mapped without the huge block");
   free(h);
   CHECK(get("tier.huge.mapped_bytes") == huge0, "huge after free");
@@ -255,7 +293,7 @@ static void *free_them(void *arg) {
 
 static void *hold_a_heap(void *arg) {
   (void)arg;
-  void *p = malloc(64); /* a heap of its own */
+  void *p = malloc(64);           /* a heap of its own */
   pthread_barrier_wait(&barrier); /* main counts it alive */
   pthread_barrier_wait(&barrier);
   free(p);
@@ -279,7 +317,8 @@ static void threads(void) {
   pthread_barrier_init(&barrier, NULL, N + 1);
   for (int i = 0; i < N; i++) REQUIRE(pthread_create(&ts[i], NULL, hold_a_heap, NULL) == 0, "pthread_create");
   pthread_barrier_wait(&barrier);
-  CHECK(get("threads.alive") == alive0 + N, "threads.alive %" PRIu64 ", expected %" PRIu64, get("threads.alive"), alive0 + N);
+  CHECK(get("threads.alive") == alive0 + N, "threads.alive %" PRIu64 ", expected %" PRIu64,
+        get("threads.alive"), alive0 + N);
   pthread_barrier_wait(&barrier);
   for (int i = 0; i < N; i++) pthread_join(ts[i], NULL);
   pthread_barrier_destroy(&barrier);
@@ -299,10 +338,12 @@ static void purging(void) {
   }
   for (int i = 0; i < N; i++) free(p[i]);
   malloc_trim(0);
-  CHECK(get("purge.madvise_calls") > calls0 && get("purge.madvise_bytes") >= bytes0 + 200000, "madvise counts");
+  CHECK(get("purge.madvise_calls") > calls0 && get("purge.madvise_bytes") >= bytes0 + 200000,
+        "madvise counts");
   CHECK(get("purge.passes") > passes0, "no purge pass counted for malloc_trim");
   CHECK(get("total.released") > released0, "nothing released");
-  CHECK(get("total.released") == get("purge.returned_bytes") + get("purge.unmapped_bytes"), "released = purged + unmapped");
+  CHECK(get("total.released") == get("purge.returned_bytes") + get("purge.unmapped_bytes"),
+        "released = purged + unmapped");
 }
 
 static void constants(void) {
@@ -311,7 +352,8 @@ static void constants(void) {
   CHECK(get("build.secure") <= 1 && get("build.valgrind") <= 1, "switches");
   /* Which allocator: this program is linked with the shared library, built for its libc. */
   uint64_t version = HAKMEM_VERSION_MAJOR * 10000 + HAKMEM_VERSION_MINOR * 100 + HAKMEM_VERSION_PATCH;
-  CHECK(get("build.version") == version, "build.version %" PRIu64 ", not %" PRIu64, get("build.version"), version);
+  CHECK(get("build.version") == version, "build.version %" PRIu64 ", not %" PRIu64, get("build.version"),
+        version);
 #ifdef __GLIBC__
   CHECK(get("build.musl") == 0, "build.musl %" PRIu64 " in a glibc program", get("build.musl"));
 #else

@@ -67,8 +67,7 @@ int main(int argc, char **argv) {
   else if (strcmp(what, "templates") == 0) {
     const hak_ctl_desc_t *d;
     for (size_t i = 0; (d = hak_ctl_describe(i)) != NULL; i++) print_name(d, d->name);
-  }
-  else if (strcmp(what, "json") == 0) {
+  } else if (strcmp(what, "json") == 0) {
     if (hak_stats_json(stdout) != 0) return 1;
   } else if (strcmp(what, "json-buf") == 0) {
     size_t need = 0;

@@ -168,11 +168,13 @@ static void lanes(size_t baseline) {
 
 /* At least `expected` heaps taken over by a thread that had freed their blocks since
  * the report counted `before`, and (with heaps parked) RSS at most `bound`. */
-static void require_successors(unsigned long long before, unsigned long long expected,
-                               size_t highest, size_t bound) {
+static void require_successors(unsigned long long before, unsigned long long expected, size_t highest,
+                               size_t bound) {
   unsigned long long taken = report_figure(TAKEN_BY_FREE) - before;
-  printf("%d generations, %llu heaps taken over by a thread that had freed their blocks, "
-         "highest RSS %.1f MiB\n", GENERATIONS, taken, mt_mib(highest));
+  printf(
+      "%d generations, %llu heaps taken over by a thread that had freed their blocks, "
+      "highest RSS %.1f MiB\n",
+      GENERATIONS, taken, mt_mib(highest));
   require_taken(" by a thread that had freed their blocks", taken, expected);
   if (heaps_parked_at_exit()) mt_require_at_most("highest RSS", highest, bound);
 }
@@ -310,8 +312,7 @@ static void linger(void) {
   unsigned long long in_vain = report_figure(IN_VAIN) - before;
   unsigned long long paid = report_figure(WAITS) - waits_before - in_vain;
   unsigned long long bound = 20 + 3 * paid;
-  printf("%d generations, %llu waits in vain, %llu waits that paid\n", LINGER_GENERATIONS,
-         in_vain, paid);
+  printf("%d generations, %llu waits in vain, %llu waits that paid\n", LINGER_GENERATIONS, in_vain, paid);
   if (in_vain > bound)
     mt_fail("%llu waits in vain (at most %llu expected with %llu that paid)", in_vain, bound, paid);
 }

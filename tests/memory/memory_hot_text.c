@@ -95,8 +95,7 @@ static size_t resident_text(const char *name, size_t *mapped, size_t *past, size
   while (fgets(line, sizeof line, maps) != NULL) {
     unsigned long from, to;
     char perm[8];
-    if (sscanf(line, "%lx-%lx %7s", &from, &to, perm) != 3 || strstr(line, name) == NULL)
-      continue;
+    if (sscanf(line, "%lx-%lx %7s", &from, &to, perm) != 3 || strstr(line, name) == NULL) continue;
     if (next_is_data && strcmp(perm, "r--p") == 0) {
       *after += resident_pages(pagemap, from, to);
       next_is_data = false;
@@ -122,19 +121,22 @@ static size_t resident_text(const char *name, size_t *mapped, size_t *past, size
 int main(void) {
   workload();
   size_t mapped = 0, past = 0, after = 0, pages = resident_text("libhakmem", &mapped, &past, &after);
-  printf("libhakmem text: %zu KiB mapped, %zu KiB resident, %zu KiB of it past the hot windows; "
-         "%zu KiB of the read-only data after it\n",
-         mapped / 1024, pages * 4, past * 4, after * 4);
+  printf(
+      "libhakmem text: %zu KiB mapped, %zu KiB resident, %zu KiB of it past the hot windows; "
+      "%zu KiB of the read-only data after it\n",
+      mapped / 1024, pages * 4, past * 4, after * 4);
   if (mapped == 0) mt_fail("libhakmem's text is not mapped: is the test linked to the shared library?");
   if (past > 0)
-    mt_fail("%zu KiB of libhakmem's text resident past the windows of its first 64 KiB: code an "
-            "ordinary program runs lies there (see HAKMEM_COLD_SOURCES in CMakeLists.txt)",
-            past * 4);
+    mt_fail(
+        "%zu KiB of libhakmem's text resident past the windows of its first 64 KiB: code an "
+        "ordinary program runs lies there (see HAKMEM_COLD_SOURCES in CMakeLists.txt)",
+        past * 4);
   if (after > 0)
-    mt_fail("%zu KiB of libhakmem's read-only data resident: code an ordinary program runs read a "
-            "string or constant there, which maps its whole segment, unwind tables and all (see "
-            "options.c; CMakeLists.txt: -fno-tree-vectorize)",
-            after * 4);
+    mt_fail(
+        "%zu KiB of libhakmem's read-only data resident: code an ordinary program runs read a "
+        "string or constant there, which maps its whole segment, unwind tables and all (see "
+        "options.c; CMakeLists.txt: -fno-tree-vectorize)",
+        after * 4);
   printf("ok\n");
   return 0;
 }

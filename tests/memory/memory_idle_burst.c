@@ -150,16 +150,20 @@ static void require_back(size_t baseline, double freed_at, bool tick) {
   while (rss > baseline + SLACK) {
     double waited = run_delay_s() - delay0;
     if (waited <= moved + 0.001 || waited > MOST_DELAY_S) break;
-    printf("  not back yet; its threads have waited %.0f ms for a CPU since the free: the "
-           "deadline moves by %.0f ms\n", waited * 1000, (waited - moved) * 1000);
+    printf(
+        "  not back yet; its threads have waited %.0f ms for a CPU since the free: the "
+        "deadline moves by %.0f ms\n",
+        waited * 1000, (waited - moved) * 1000);
     deadline += waited - moved;
     moved = waited;
     moves++;
     quiet_until(deadline, freed_at, tick);
     rss = tu_rss_bytes();
   }
-  printf("deadline moved %d times, by %.0f ms in all, for the time the machine kept this "
-         "process waiting\n", moves, moved * 1000);
+  printf(
+      "deadline moved %d times, by %.0f ms in all, for the time the machine kept this "
+      "process waiting\n",
+      moves, moved * 1000);
   rss = mt_rss("at purge delay + 200 ms of time the process could run");
   mt_print_info("allocator:");
   mt_require_at_most("RSS above the baseline", rss > baseline ? rss - baseline : 0, SLACK);

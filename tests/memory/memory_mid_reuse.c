@@ -44,13 +44,11 @@ static void test_classes(void) {
   long faults = minor_faults() - before;
   mt_rss("6 KiB blocks written");
   size_t page = tu_page(), pages = (size_t)SECOND_N * SECOND_SIZE / page;
-  printf("%-34s %8ld for %zu pages of blocks\n", "page faults writing 6 KiB blocks", faults,
-         pages);
+  printf("%-34s %8ld for %zu pages of blocks\n", "page faults writing 6 KiB blocks", faults, pages);
   mt_print_info("allocator, at the end:");
   for (size_t i = 0; i < SECOND_N; i++) free(blocks[i]);
   mt_scratch_free(blocks, SECOND_N * sizeof *blocks);
-  mt_require_at_most("memory faulted in for 6 KiB blocks", (size_t)faults * page,
-                     pages * page / 4);
+  mt_require_at_most("memory faulted in for 6 KiB blocks", (size_t)faults * page, pages * page / 4);
 }
 
 static void test_realloc(void) {
@@ -69,8 +67,8 @@ static void test_realloc(void) {
     p = q;
     size = n;
   }
-  printf("realloc from %d to %d bytes kept the buffer at %p after its first move\n", GROW_FROM,
-         GROW_TO, (void *)home);
+  printf("realloc from %d to %d bytes kept the buffer at %p after its first move\n", GROW_FROM, GROW_TO,
+         (void *)home);
   free(p);
 }
 

@@ -31,8 +31,7 @@ int main(int argc, char **argv) {
   size_t n = 0, bytes = 0;
   while (bytes < WORKING_SET && n < MAX_BLOCKS) {
     /* One large block per thousand small ones gives about equal bytes of each. */
-    size_t size = tu_below(&rng, 1000) == 0 ? tu_range(&rng, 64 * KiB, 1 * MiB)
-                                             : tu_range(&rng, 16, 1040);
+    size_t size = tu_below(&rng, 1000) == 0 ? tu_range(&rng, 64 * KiB, 1 * MiB) : tu_range(&rng, 16, 1040);
     blocks[n++] = mt_malloc_touched(size);
     bytes += size;
   }

@@ -117,9 +117,8 @@ static inline void mt_print_info(const char *label) {
   }
   hak_info_t info;
   hak_get_info(&info);
-  printf("%-34s in_use %.1f MiB, mapped %.1f MiB, committed %.1f MiB, released %.1f MiB\n",
-         label, mt_mib(info.in_use), mt_mib(info.mapped), mt_mib(info.committed),
-         mt_mib(info.released));
+  printf("%-34s in_use %.1f MiB, mapped %.1f MiB, committed %.1f MiB, released %.1f MiB\n", label,
+         mt_mib(info.in_use), mt_mib(info.mapped), mt_mib(info.committed), mt_mib(info.released));
   fflush(stdout);
 }
 

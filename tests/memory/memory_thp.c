@@ -95,12 +95,13 @@ static void verify(const char *when) {
 }
 
 static void print_thp(const char *label) {
-  printf("%-28s AnonHugePages %6.1f MiB, thp.huge_bytes %6.1f MiB, committed %6.1f MiB; collapsed %llu, "
-         "failures %llu, advised %llu, whole %llu, broken %llu\n",
-         label, mt_mib(anon_huge()), mt_mib(stat_of("thp.huge_bytes")), mt_mib(stat_of("total.committed")),
-         (unsigned long long)stat_of("thp.collapsed"), (unsigned long long)stat_of("thp.collapse_failures"),
-         (unsigned long long)stat_of("thp.advised"), (unsigned long long)stat_of("thp.returned_whole"),
-         (unsigned long long)stat_of("thp.broken"));
+  printf(
+      "%-28s AnonHugePages %6.1f MiB, thp.huge_bytes %6.1f MiB, committed %6.1f MiB; collapsed %llu, "
+      "failures %llu, advised %llu, whole %llu, broken %llu\n",
+      label, mt_mib(anon_huge()), mt_mib(stat_of("thp.huge_bytes")), mt_mib(stat_of("total.committed")),
+      (unsigned long long)stat_of("thp.collapsed"), (unsigned long long)stat_of("thp.collapse_failures"),
+      (unsigned long long)stat_of("thp.advised"), (unsigned long long)stat_of("thp.returned_whole"),
+      (unsigned long long)stat_of("thp.broken"));
   fflush(stdout);
 }
 
@@ -130,7 +131,7 @@ static int dense(void) {
 static int small(void) {
   char *b[64];
   for (int i = 0; i < 64; i++) b[i] = mt_malloc_touched(64 * KiB); /* 4 MiB */
-  usleep(600 * 1000); /* several purge periods */
+  usleep(600 * 1000);                                              /* several purge periods */
   print_thp("small process:");
   if (anon_huge() != 0) mt_fail("a process holding 4 MiB has huge pages");
   for (int i = 0; i < 64; i++) free(b[i]);
@@ -156,14 +157,16 @@ static int idle(void) {
   /* Whole, but for ranges a few blocks keep (a region's header, a heap's cached spans):
    * those, mostly free, are broken. */
   uint64_t collapsed = stat_of("thp.collapsed"), whole = stat_of("thp.returned_whole");
-  if (whole * 4 < collapsed * 3) mt_fail("only %llu of %llu huge pages given back whole",
-                                         (unsigned long long)whole, (unsigned long long)collapsed);
+  if (whole * 4 < collapsed * 3)
+    mt_fail("only %llu of %llu huge pages given back whole", (unsigned long long)whole,
+            (unsigned long long)collapsed);
   if (anon_huge() > 2 * MiB) mt_fail("huge pages left at idle");
   return 0;
 }
 
 static int off(bool by_prctl) {
-  if (by_prctl && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) mt_fail("PR_SET_THP_DISABLE: %s", strerror(errno));
+  if (by_prctl && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0)
+    mt_fail("PR_SET_THP_DISABLE: %s", strerror(errno));
   fill();
   usleep(4000 * 1000); /* as long as the dense heap needs (two looks 1 s apart), and more */
   print_thp(by_prctl ? "PR_SET_THP_DISABLE:" : "HAKMEM_THP=0:");
@@ -182,7 +185,8 @@ static int nocollapse(void) {
   if (stat_of("thp.collapsed") != 0) mt_fail("a collapse succeeded through the test switch");
   verify("after the failed collapses");
   for (size_t i = 0; i < NBLOCKS; i += 2) free(blocks[i]); /* purging across advised ranges */
-  for (size_t i = 0; i < NBLOCKS; i += 2) blocks[i] = malloc(BLOCK), memset(blocks[i], (int)(i & 0x7f) | 1, BLOCK);
+  for (size_t i = 0; i < NBLOCKS; i += 2)
+    blocks[i] = malloc(BLOCK), memset(blocks[i], (int)(i & 0x7f) | 1, BLOCK);
   verify("after reuse");
   return 0;
 }
@@ -200,7 +204,8 @@ static int fork_child(void) {
     for (size_t i = 0; i < NBLOCKS; i += 4096 / BLOCK) blocks[i][0] ^= 0x40;
     verify("in the child");
     for (size_t i = 0; i < NBLOCKS; i += 3) free(blocks[i]);
-    for (size_t i = 0; i < NBLOCKS; i += 3) blocks[i] = malloc(BLOCK), memset(blocks[i], (int)(i & 0x7f) | 1, BLOCK);
+    for (size_t i = 0; i < NBLOCKS; i += 3)
+      blocks[i] = malloc(BLOCK), memset(blocks[i], (int)(i & 0x7f) | 1, BLOCK);
     verify("in the child, after reuse");
     _exit(0);
   }

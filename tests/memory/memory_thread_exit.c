@@ -13,8 +13,8 @@
 #define MAX_PER_THREAD 1024
 
 typedef struct slot {
-  uint64_t index;          /* the thread's number: seeds its sizes */
-  size_t kept;             /* blocks left for the main thread */
+  uint64_t index; /* the thread's number: seeds its sizes */
+  size_t kept;    /* blocks left for the main thread */
   void *blocks[MAX_PER_THREAD];
 } slot_t;
 
@@ -23,8 +23,7 @@ static void *worker(void *arg) {
   tu_rng rng = tu_rng_make(7, s->index);
   size_t n = 0, bytes = 0;
   while (bytes < PER_THREAD && n < MAX_PER_THREAD) {
-    size_t size = tu_below(&rng, 20) == 0 ? tu_range(&rng, 4 * KiB, 64 * KiB)
-                                           : tu_range(&rng, 16, 1024);
+    size_t size = tu_below(&rng, 20) == 0 ? tu_range(&rng, 4 * KiB, 64 * KiB) : tu_range(&rng, 16, 1024);
     s->blocks[n++] = mt_malloc_touched(size);
     bytes += size;
   }
@@ -67,8 +66,7 @@ int main(void) {
   size_t after = mt_rss("at the end");
   mt_print_info("allocator, at the end:");
   printf("highest RSS sampled: %.1f MiB above the baseline\n", mt_mib(highest - baseline));
-  mt_require_at_most("RSS above the baseline", after > baseline ? after - baseline : 0,
-                     64 * MiB);
+  mt_require_at_most("RSS above the baseline", after > baseline ? after - baseline : 0, 64 * MiB);
   printf("PASS\n");
   return 0;
 }

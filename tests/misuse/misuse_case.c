@@ -43,7 +43,7 @@
 #pragma GCC diagnostic ignored "-Wuse-after-free"
 
 #define EXIT_SKIP 77
-#define EXIT_SETUP 3 /* the case could not set itself up: a failure, not a catch */
+#define EXIT_SETUP 3     /* the case could not set itself up: a failure, not a catch */
 #define EXIT_HELD 40     /* a property case: the property holds */
 #define EXIT_NOT_HELD 41 /* ... it does not */
 #define CHILD_SECONDS 20 /* a child that runs longer hangs */
@@ -63,11 +63,11 @@ enum {
   MSG_OVERFLOW = 1 << 5,
   MSG_WRITE_AFTER_FREE = 1 << 6,
   MSG_ANY = (1 << 7) - 1,
-  WENT_ON = 1 << 8,  /* exit 0: not caught (or, for an allowed use, fine) */
-  FAULT = 1 << 9,    /* SIGSEGV or SIGBUS */
-  HELD = 1 << 10,    /* property cases */
+  WENT_ON = 1 << 8, /* exit 0: not caught (or, for an allowed use, fine) */
+  FAULT = 1 << 9,   /* SIGSEGV or SIGBUS */
+  HELD = 1 << 10,   /* property cases */
   NOT_HELD = 1 << 11,
-  OK_EXIT = WENT_ON, /* an allowed use */
+  OK_EXIT = WENT_ON,     /* an allowed use */
   ABORT_OTHER = 1 << 13, /* SIGABRT without a report we know (other allocators) */
   HANG = 1 << 14,
   OTHER = 1 << 15,
@@ -90,9 +90,7 @@ static const struct {
 
 #define ANNOUNCE "misuse_case: pointer 0x"
 
-void misuse_announce(const void *p) {
-  fprintf(stderr, ANNOUNCE "%" PRIxPTR "\n", (uintptr_t)p);
-}
+void misuse_announce(const void *p) { fprintf(stderr, ANNOUNCE "%" PRIxPTR "\n", (uintptr_t)p); }
 
 /* ---- helpers the cases share ------------------------------------------------------- */
 
@@ -169,8 +167,7 @@ static void df_reuse(size_t size) {
   char *p = xmalloc(size);
   free(p);
   char *q = xmalloc(size);
-  fprintf(stderr, "misuse_case: the second malloc %s the first block\n",
-          p == q ? "reused" : "did not reuse");
+  fprintf(stderr, "misuse_case: the second malloc %s the first block\n", p == q ? "reused" : "did not reuse");
   free(q);
   free_bad(q);
 }
@@ -224,11 +221,20 @@ static void call_usable_size(void *p) {
   fprintf(stderr, "misuse_case: malloc_usable_size returned %zu\n", malloc_usable_size(p));
 }
 
-static void bad_free_stack(size_t size) { (void)size; on_stack_buffer(call_free); }
+static void bad_free_stack(size_t size) {
+  (void)size;
+  on_stack_buffer(call_free);
+}
 
-static void bad_free_global(size_t size) { (void)size; free_bad(global_array); }
+static void bad_free_global(size_t size) {
+  (void)size;
+  free_bad(global_array);
+}
 
-static void bad_free_literal(size_t size) { (void)size; free_bad((void *)"a string literal"); }
+static void bad_free_literal(size_t size) {
+  (void)size;
+  free_bad((void *)"a string literal");
+}
 
 static void bad_free_plus(size_t size, size_t offset) {
   char *p = xmalloc(size);
@@ -240,7 +246,10 @@ static void bad_free_plus8(size_t size) { bad_free_plus(size, 8); }
 static void bad_free_plus16(size_t size) { bad_free_plus(size, 16); }
 static void bad_free_plus4096(size_t size) { bad_free_plus(size, 4096); }
 
-static void bad_free_low(size_t size) { (void)size; free_bad((void *)(uintptr_t)0x10); }
+static void bad_free_low(size_t size) {
+  (void)size;
+  free_bad((void *)(uintptr_t)0x10);
+}
 
 /* An address high in the user address space with nothing mapped there; should
  * something be mapped at the usual one, a page that was just unmapped. */
@@ -256,7 +265,10 @@ static void bad_free_unmapped(size_t size) {
   free_bad(p);
 }
 
-static void bad_free_minus16(size_t size) { (void)size; free_bad((void *)(uintptr_t)-16); }
+static void bad_free_minus16(size_t size) {
+  (void)size;
+  free_bad((void *)(uintptr_t)-16);
+}
 
 static void bad_free_freed_plus4096(size_t size) {
   char *p = xmalloc(size);
@@ -321,9 +333,15 @@ static void bad_usable_size_freed(size_t size) { on_freed_block(size, call_usabl
 
 static void bad_realloc_freed(size_t size) { on_freed_block(size, call_realloc); }
 
-static void bad_realloc_stack(size_t size) { (void)size; on_stack_buffer(call_realloc); }
+static void bad_realloc_stack(size_t size) {
+  (void)size;
+  on_stack_buffer(call_realloc);
+}
 
-static void bad_usable_size_stack(size_t size) { (void)size; on_stack_buffer(call_usable_size); }
+static void bad_usable_size_stack(size_t size) {
+  (void)size;
+  on_stack_buffer(call_usable_size);
+}
 
 static void sized_too_big(size_t size) {
   char *p = xmalloc(size);
@@ -346,9 +364,8 @@ static void ok_free_null(size_t size) {
   if (free_sized != NULL || hak_free_sized != NULL) call_free_sized(NULL, 16);
 }
 
-static const size_t ok_sizes[] = {0,        1,       16,      17,       100,
-                                  1000,     1024,    1025,    8 << 10,  30 << 10,
-                                  100 << 10, 1 << 20, 8 << 20, 40 << 20, 64 << 20};
+static const size_t ok_sizes[] = {0,       1,        16,        17,      100,     1000,     1024,    1025,
+                                  8 << 10, 30 << 10, 100 << 10, 1 << 20, 8 << 20, 40 << 20, 64 << 20};
 #define OK_SIZES (sizeof ok_sizes / sizeof ok_sizes[0])
 
 static void ok_realloc_same_size(size_t size) {
@@ -675,7 +692,8 @@ static bool stopped_at(char *p, ptrdiff_t at) {
   close(fds[1]);
   char report[512];
   size_t len = 0;
-  for (ssize_t n; len < sizeof report - 1 && (n = read(fds[0], report + len, sizeof report - 1 - len)) != 0;) {
+  for (ssize_t n;
+       len < sizeof report - 1 && (n = read(fds[0], report + len, sizeof report - 1 - len)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     len += (size_t)n;
@@ -687,7 +705,8 @@ static bool stopped_at(char *p, ptrdiff_t at) {
     if (errno != EINTR) setup_failed("waitpid");
   if (!WIFSIGNALED(status)) return false;
   int sig = WTERMSIG(status);
-  return sig == SIGSEGV || sig == SIGBUS || (sig == SIGABRT && strstr(report, "heap overflow detected") != NULL);
+  return sig == SIGSEGV || sig == SIGBUS ||
+         (sig == SIGABRT && strstr(report, "heap overflow detected") != NULL);
 }
 
 static _Noreturn void every_offset_of(char *p, size_t size, bool after, size_t reach) {
@@ -702,7 +721,9 @@ static _Noreturn void every_offset_of(char *p, size_t size, bool after, size_t r
   property(true, "every write near the block is stopped");
 }
 
-static void every_offset(size_t size, bool after, size_t reach) { every_offset_of(xmalloc(size), size, after, reach); }
+static void every_offset(size_t size, bool after, size_t reach) {
+  every_offset_of(xmalloc(size), size, after, reach);
+}
 
 /* A block whose neighbours on either side are free: of 256 blocks of the size, one
  * with blocks of its stride (the least distance between two of them) right above and
@@ -837,8 +858,7 @@ static bool report_found(unsigned expected, uintptr_t misused) {
       if (num_end == line + plen) {
         printf("FAIL: no hex pointer after \"%s\"\n", messages[i].prefix);
       } else if (messages[i].names_pointer && misused != UINTPTR_MAX && p != misused) {
-        printf("FAIL: the report names 0x%" PRIxPTR ", the misused pointer is 0x%" PRIxPTR
-               "\n", p, misused);
+        printf("FAIL: the report names 0x%" PRIxPTR ", the misused pointer is 0x%" PRIxPTR "\n", p, misused);
       } else {
         found = true;
       }
@@ -852,9 +872,14 @@ static const struct {
   unsigned bit;
   const char *name;
 } outcome_names[] = {
-    {WENT_ON, "went on (exit 0)"}, {FAULT, "SIGSEGV/SIGBUS"}, {HELD, "property held"},
-    {NOT_HELD, "property not held"}, {ABORT_OTHER, "SIGABRT"}, {HANG, "hang (killed)"},
-    {OTHER, "other"}, {SKIPPED, "skipped"},
+    {WENT_ON, "went on (exit 0)"},
+    {FAULT, "SIGSEGV/SIGBUS"},
+    {HELD, "property held"},
+    {NOT_HELD, "property not held"},
+    {ABORT_OTHER, "SIGABRT"},
+    {HANG, "hang (killed)"},
+    {OTHER, "other"},
+    {SKIPPED, "skipped"},
 };
 
 static void print_outcomes(const char *label, unsigned set) {

@@ -22,7 +22,7 @@ struct Tracked {
 
 struct Base {
   long id = 7;
-  ~Base() { destroyed = destroyed + id; }  // not virtual: delete through Base is wrong
+  ~Base() { destroyed = destroyed + id; } // not virtual: delete through Base is wrong
 };
 
 struct Derived : Base {
@@ -38,7 +38,7 @@ T *launder(T *p) {
   return static_cast<T *>(tu_hide(p));
 }
 
-}  // namespace
+} // namespace
 
 extern "C" void cxx_delete_array_as_scalar(size_t) {
   Tracked *array = launder(new Tracked[10]);
@@ -49,7 +49,7 @@ extern "C" void cxx_delete_array_as_scalar(size_t) {
 extern "C" void cxx_delete_base_size_mismatch(size_t) {
   Base *object = launder(static_cast<Base *>(new Derived));
   misuse_announce(object);
-  delete object;  // operator delete(object, sizeof(Base)) on an 8 KiB block
+  delete object; // operator delete(object, sizeof(Base)) on an 8 KiB block
 }
 
 namespace {
@@ -75,10 +75,10 @@ template <size_t Size, size_t Base>
 void delete_through_base() {
   SmallBase<Base> *object = launder(static_cast<SmallBase<Base> *>(new Sized<Size, Base>));
   misuse_announce(object);
-  delete object;  // operator delete(object, Base)
+  delete object; // operator delete(object, Base)
 }
 
-}  // namespace
+} // namespace
 
 // Scalar delete of new Cookie[size - 8]: the pointer is 8 bytes into a block of `size`.
 extern "C" void cxx_delete_array_cookie(size_t size) {

@@ -173,8 +173,8 @@ static bool probe_at(const slab_t *s, uintptr_t q, enum op first, enum op last) 
     if (op == OP_USABLE || op == OP_REALLOC) {
       in_probe = 1;
       if (sigsetjmp(probe_jump, 0) == 0) {
-        bool ok = op == OP_USABLE ? malloc_usable_size((void *)q) >= s->n
-                                  : realloc((void *)q, s->n) == (void *)q;
+        bool ok =
+            op == OP_USABLE ? malloc_usable_size((void *)q) >= s->n : realloc((void *)q, s->n) == (void *)q;
         in_probe = 0;
         if (!ok) fail(s, op, q, "the live block", "another answer");
       } else {
@@ -378,7 +378,8 @@ int main(int argc, char **argv) {
     waitpid(b, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       say("slab_walk: class %u (%zu bytes, %u blocks): %s %d\n", c, size, (unsigned)msg[1],
-          WIFEXITED(st) ? "failed, status" : "killed by signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+          WIFEXITED(st) ? "failed, status" : "killed by signal",
+          WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
       failed = 1;
     }
     walked++;

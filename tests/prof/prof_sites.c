@@ -26,13 +26,41 @@
 #define NOINLINE __attribute__((noinline))
 static void *volatile sink;
 
-NOINLINE void *site_small(void) { void *p = malloc(1000); sink = p; return p; }
-NOINLINE void *site_big(void) { void *p = malloc(4000); sink = p; return p; }
-NOINLINE void *site_leak(void) { void *p = malloc(3000); sink = p; return p; }
-NOINLINE void *site_large(void) { void *p = malloc(256 << 10); sink = p; return p; }
-NOINLINE void *site_child(void) { void *p = malloc(5000); sink = p; return p; }
-NOINLINE void *site_peak(void) { void *p = malloc(1 << 20); sink = p; return p; }
-NOINLINE void *site_calloc(void) { void *p = calloc(1, 2000); sink = p; return p; }
+NOINLINE void *site_small(void) {
+  void *p = malloc(1000);
+  sink = p;
+  return p;
+}
+NOINLINE void *site_big(void) {
+  void *p = malloc(4000);
+  sink = p;
+  return p;
+}
+NOINLINE void *site_leak(void) {
+  void *p = malloc(3000);
+  sink = p;
+  return p;
+}
+NOINLINE void *site_large(void) {
+  void *p = malloc(256 << 10);
+  sink = p;
+  return p;
+}
+NOINLINE void *site_child(void) {
+  void *p = malloc(5000);
+  sink = p;
+  return p;
+}
+NOINLINE void *site_peak(void) {
+  void *p = malloc(1 << 20);
+  sink = p;
+  return p;
+}
+NOINLINE void *site_calloc(void) {
+  void *p = calloc(1, 2000);
+  sink = p;
+  return p;
+}
 
 static void *keep[64];
 
@@ -136,8 +164,8 @@ int main(int argc, char **argv) {
     printf("dump %d\n", hak_prof_dump(argc > 2 ? argv[2] : NULL));
     hak_prof_info_t info;
     hak_prof_get_info(&info);
-    printf("samples %llu stacks %zu live %zu table_bytes %zu\n", info.samples, info.stacks,
-           info.live_samples, info.table_bytes);
+    printf("samples %llu stacks %zu live %zu table_bytes %zu\n", info.samples, info.stacks, info.live_samples,
+           info.table_bytes);
     return 0;
   }
   fprintf(stderr, "unknown mode %s\n", mode);

@@ -45,18 +45,17 @@ static prof_sample_t samples[MAX_SAMPLES];
 static size_t nsamples;
 static int failures;
 
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stdout, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-      fprintf(stdout, __VA_ARGS__);                                       \
-      fputc('\n', stdout);                                                \
-      failures++;                                                         \
-    }                                                                     \
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stdout, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stdout, __VA_ARGS__);                                   \
+      fputc('\n', stdout);                                            \
+      failures++;                                                     \
+    }                                                                 \
   } while (0)
 
-static void add_sample(uintptr_t leaf, uintptr_t caller, uintptr_t outer, int64_t bytes,
-                       bool freed) {
+static void add_sample(uintptr_t leaf, uintptr_t caller, uintptr_t outer, int64_t bytes, bool freed) {
   if (nsamples == MAX_SAMPLES) abort();
   uintptr_t *st = stacks[nsamples];
   st[0] = leaf;
@@ -89,8 +88,7 @@ TEST_FUNC void alloc_big(int64_t bytes, bool freed, uintptr_t outer) {
 
 /* A call that never returns is a function's last instruction, so its return address is
  * the first byte after the function: only the address - 1 the writer stores names it. */
-TEST_FUNC __attribute__((noreturn)) void leave(jmp_buf *env, uintptr_t caller,
-                                               uintptr_t outer) {
+TEST_FUNC __attribute__((noreturn)) void leave(jmp_buf *env, uintptr_t caller, uintptr_t outer) {
   add_sample((uintptr_t)__builtin_return_address(0), caller, outer, 512, false);
   longjmp(*env, 1);
 }
@@ -154,8 +152,7 @@ static int mode_many(const char *profile, const char *expect, uint64_t seed) {
   rng_state = seed;
   /* Addresses all over the address space, a few inside this program's code. */
   for (int i = 0; i < ADDRS; i++)
-    pool[i] = i % 10 == 0 ? (uintptr_t)&run_workload + (uintptr_t)(i % 64) + 1
-                          : (uintptr_t)(rng() << 4) + 1;
+    pool[i] = i % 10 == 0 ? (uintptr_t)&run_workload + (uintptr_t)(i % 64) + 1 : (uintptr_t)(rng() << 4) + 1;
   for (int i = 0; i < N; i++) {
     many[i].depth = (uint32_t)(rng() % (PROF_MAX_DEPTH + 1));
     many[i].stack = stack_mem[i];
@@ -302,8 +299,7 @@ static int mode_errors(void) {
   dup2(saved_stderr, 2);
   close(saved_stderr);
   struct stat st;
-  CHECK(fstat(err_fd, &st) == 0 && st.st_size == 0, "the writer printed %lld bytes",
-        (long long)st.st_size);
+  CHECK(fstat(err_fd, &st) == 0 && st.st_size == 0, "the writer printed %lld bytes", (long long)st.st_size);
   close(err_fd);
 
   char cmd[300];

@@ -67,7 +67,7 @@ int main(void) {
     }
   }
   if (bad != 0) return fail("the library wrote into the program's globals");
-  printf("PASS: %zu internal names defined by the program; hakmem served it (in_use %llu)\n",
-         collide_count, (unsigned long long)in_use);
+  printf("PASS: %zu internal names defined by the program; hakmem served it (in_use %llu)\n", collide_count,
+         (unsigned long long)in_use);
   return 0;
 }

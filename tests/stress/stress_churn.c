@@ -14,9 +14,8 @@
 enum { PER_THREAD = 8, SMALL_EXTRA = 24, LAG = 4, MAX_BATCH = 64 };
 
 /* Sizes of the blocks each thread leaves behind or frees: one of each range. */
-static const size_t ranges[PER_THREAD][2] = {
-    {1, 64},       {65, 300},        {301, 2000},        {2001, 8000},
-    {8001, 50000}, {50001, 140000},  {140001, 300000},   {1, 1024}};
+static const size_t ranges[PER_THREAD][2] = {{1, 64},       {65, 300},       {301, 2000},      {2001, 8000},
+                                             {8001, 50000}, {50001, 140000}, {140001, 300000}, {1, 1024}};
 
 static uint64_t g_seed;
 static tu_queue g_to_freer;
@@ -114,16 +113,17 @@ int main(int argc, char **argv) {
   printf("stress_churn: %" PRIu64 " threads in batches of %u in %.2f s; %" PRIu64
          " blocks freed by the freer thread; RSS %zu MiB at start, %zu MiB at most, %zu MiB at "
          "the end\n",
-         threads, batch, tu_now() - t0, freed_by_freer, rss0 / TU_MiB, rss_max / TU_MiB,
-         rss1 / TU_MiB);
-  CHECK(rss_max < rss_limit, "RSS reached %zu MiB (limit %zu MiB): memory of exited threads is "
-        "not reused", rss_max / TU_MiB, rss_limit / TU_MiB);
+         threads, batch, tu_now() - t0, freed_by_freer, rss0 / TU_MiB, rss_max / TU_MiB, rss1 / TU_MiB);
+  CHECK(rss_max < rss_limit,
+        "RSS reached %zu MiB (limit %zu MiB): memory of exited threads is "
+        "not reused",
+        rss_max / TU_MiB, rss_limit / TU_MiB);
   if (tu_have_hakmem()) {
     hak_get_info(&info1);
-    printf("stress_churn: hakmem in_use %zu -> %zu, mapped %zu MiB, committed %zu MiB\n",
-           info0.in_use, info1.in_use, info1.mapped / TU_MiB, info1.committed / TU_MiB);
-    CHECK(info1.in_use < info0.in_use + 4 * TU_MiB,
-          "hak_get_info in_use %zu -> %zu with every block freed", info0.in_use, info1.in_use);
+    printf("stress_churn: hakmem in_use %zu -> %zu, mapped %zu MiB, committed %zu MiB\n", info0.in_use,
+           info1.in_use, info1.mapped / TU_MiB, info1.committed / TU_MiB);
+    CHECK(info1.in_use < info0.in_use + 4 * TU_MiB, "hak_get_info in_use %zu -> %zu with every block freed",
+          info0.in_use, info1.in_use);
   }
   return tu_finish("stress_churn");
 }

@@ -92,8 +92,7 @@ typedef struct fork_job {
 
 static void *fork_from_thread(void *arg) {
   fork_job *job = arg;
-  job->ok = tu_in_child("forked child (from a non-main thread)", child,
-                        (void *)(uintptr_t)job->fork_no, 20);
+  job->ok = tu_in_child("forked child (from a non-main thread)", child, (void *)(uintptr_t)job->fork_no, 20);
   return NULL;
 }
 

@@ -77,8 +77,7 @@ static void *worker(void *arg) {
   }
   free(batch);
   free(in);
-  printf("thread %u: %llu rounds, %llu sleeps\n", me, (unsigned long long)rounds,
-         (unsigned long long)sleeps);
+  printf("thread %u: %llu rounds, %llu sleeps\n", me, (unsigned long long)rounds, (unsigned long long)sleeps);
   return NULL;
 }
 

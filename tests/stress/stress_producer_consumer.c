@@ -46,8 +46,7 @@ int main(int argc, char **argv) {
   tu_queue_init(&g_queue, 1024);
   role prod[MAX_THREADS], cons[MAX_THREADS];
   pthread_t ptid[MAX_THREADS], ctid[MAX_THREADS];
-  for (unsigned i = 0; i < producers; i++)
-    prod[i] = (role){i, blocks / producers + (i < blocks % producers)};
+  for (unsigned i = 0; i < producers; i++) prod[i] = (role){i, blocks / producers + (i < blocks % producers)};
   for (unsigned i = 0; i < consumers; i++) cons[i] = (role){i, 0};
   double t0 = tu_now();
   tu_start_threads(ctid, consumers, consume, cons, sizeof *cons);
@@ -59,7 +58,7 @@ int main(int argc, char **argv) {
   uint64_t freed = 0;
   for (unsigned i = 0; i < consumers; i++) freed += cons[i].count;
   CHECK(freed == blocks, "consumers freed %" PRIu64 " blocks of %" PRIu64, freed, blocks);
-  printf("stress_producer_consumer: %" PRIu64 " blocks, %u producers, %u consumers, %.2f s\n",
-         blocks, producers, consumers, tu_now() - t0);
+  printf("stress_producer_consumer: %" PRIu64 " blocks, %u producers, %u consumers, %.2f s\n", blocks,
+         producers, consumers, tu_now() - t0);
   return tu_finish("stress_producer_consumer");
 }

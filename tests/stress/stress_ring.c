@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
   tu_start_threads(tid, g_threads, run, m, sizeof *m);
   tu_join_threads(tid, g_threads);
   for (unsigned i = 0; i < g_threads; i++)
-    CHECK(m[i].received == blocks, "thread %u freed %" PRIu64 " blocks of %" PRIu64, i, m[i].received, blocks);
+    CHECK(m[i].received == blocks, "thread %u freed %" PRIu64 " blocks of %" PRIu64, i, m[i].received,
+          blocks);
   printf("stress_ring: %u threads, %" PRIu64 " blocks each, %.2f s\n", g_threads, blocks, tu_now() - t0);
   return tu_finish("stress_ring");
 }

@@ -33,8 +33,7 @@ static void *worker(void *arg) {
   tu_rng r = tu_rng_make(g_seed, id + 1);
   tu_item slots[SLOTS] = {{0}};
   uint64_t op;
-  for (op = 0; op < g_ops || atomic_load_explicit(&g_rounds, memory_order_relaxed) < MIN_ROUNDS;
-       op++) {
+  for (op = 0; op < g_ops || atomic_load_explicit(&g_rounds, memory_order_relaxed) < MIN_ROUNDS; op++) {
     tu_item *it = &slots[tu_below(&r, SLOTS)];
     if (tu_below(&r, 4) == 0) {
       /* Swap a boxed block with the exchange; free whatever comes back. */
@@ -111,12 +110,12 @@ int main(int argc, char **argv) {
   malloc_trim(0);
   hak_get_info(&info1);
   uint64_t rounds = atomic_load(&g_rounds);
-  printf("stress_stats: %u workers x %" PRIu64 " ops (+%" PRIu64 " waiting for the watcher) in %.2f s, %" PRIu64
+  printf("stress_stats: %u workers x %" PRIu64 " ops (+%" PRIu64
+         " waiting for the watcher) in %.2f s, %" PRIu64
          " rounds of report and trim alongside, %zu blocks left in the exchange; in_use %zu -> %zu\n",
-         workers, g_ops, atomic_load(&g_extra_ops), tu_now() - t0, rounds, left, info0.in_use,
-         info1.in_use);
+         workers, g_ops, atomic_load(&g_extra_ops), tu_now() - t0, rounds, left, info0.in_use, info1.in_use);
   CHECK(rounds >= MIN_ROUNDS, "the watcher ran %" PRIu64 " rounds", rounds);
-  CHECK(info1.in_use < info0.in_use + 4 * TU_MiB,
-        "hak_get_info in_use %zu -> %zu with every block freed", info0.in_use, info1.in_use);
+  CHECK(info1.in_use < info0.in_use + 4 * TU_MiB, "hak_get_info in_use %zu -> %zu with every block freed",
+        info0.in_use, info1.in_use);
   return tu_finish("stress_stats");
 }

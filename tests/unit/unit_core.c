@@ -17,14 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
+#define CHECK(cond, ...)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
       fprintf(stderr, "unit_core: %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                    \
-      fputc('\n', stderr);                                             \
-      exit(1);                                                         \
-    }                                                                  \
+      fprintf(stderr, __VA_ARGS__);                                         \
+      fputc('\n', stderr);                                                  \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -84,21 +84,22 @@ static size_t popcount_words(const uint64_t *w, const uint64_t *and_with, size_t
   return c;
 }
 
-static bool unit_free(const hak_region_t *r, size_t u) { return (r->free_bits[u >> 6] >> (u & 63)) & 1; }
+static bool unit_free(const region_t *r, size_t u) { return (r->free_bits[u >> 6] >> (u & 63)) & 1; }
 
-static void check_region(const hak_region_t *r) {
+static void check_region(const region_t *r) {
   size_t words = UNITS_PER_REGION / 64;
-  CHECK(popcount_words(r->free_bits, NULL, words) == r->free_units, "free_units %u, bits %zu",
-        r->free_units, popcount_words(r->free_bits, NULL, words));
-  CHECK(popcount_words(r->free_bits, r->dirty_bits, words) == r->dirty_free_units,
-        "dirty_free_units %u", r->dirty_free_units);
+  CHECK(popcount_words(r->free_bits, NULL, words) == r->free_units, "free_units %u, bits %zu", r->free_units,
+        popcount_words(r->free_bits, NULL, words));
+  CHECK(popcount_words(r->free_bits, r->dirty_bits, words) == r->dirty_free_units, "dirty_free_units %u",
+        r->dirty_free_units);
   for (size_t u = 0; u < REGION_HEADER_UNITS; u++) CHECK(!unit_free(r, u), "header unit %zu free", u);
 }
 
-static void check_span(const hak_slab_t *s) {
-  hak_region_t *r = region_of((uintptr_t)s);
+static void check_span(const slab_t *s) {
+  region_t *r = region_of((uintptr_t)s);
   CHECK(s == &r->slabs[s->unit_idx], "a span's descriptor is its first unit's");
-  CHECK(s->unit_idx >= REGION_HEADER_UNITS && s->unit_idx + s->units <= REGION_HEADER_UNITS + REGION_MAX_SPAN_UNITS,
+  CHECK(s->unit_idx >= REGION_HEADER_UNITS &&
+            s->unit_idx + s->units <= REGION_HEADER_UNITS + REGION_MAX_SPAN_UNITS,
         "span at %u+%u outside the region's units", s->unit_idx, s->units);
   for (size_t u = s->unit_idx; u < (size_t)s->unit_idx + s->units; u++) {
     CHECK(!unit_free(r, u), "unit %zu of a live span is free", u);
@@ -109,7 +110,7 @@ static void check_span(const hak_slab_t *s) {
 
 #define SPANS 64
 static void test_region(void) {
-  hak_slab_t *live[SPANS] = {0};
+  slab_t *live[SPANS] = {0};
   uint64_t now = 1000;
   pthread_mutex_lock(&region_lock);
   for (int step = 0; step < 4000; step++) {
@@ -149,7 +150,7 @@ static void test_region(void) {
 /* ---- slab map -------------------------------------------------------------------------- */
 static void test_slabmap(void) {
   pthread_mutex_lock(&region_lock);
-  hak_slab_t *s = span_alloc(5);
+  slab_t *s = span_alloc(5);
   CHECK(s != NULL, "span_alloc");
   if (slab_map_units == 0) {
     pthread_mutex_unlock(&region_lock);
@@ -173,8 +174,8 @@ static size_t kept(void) { return region_dirty_units * UNIT_SIZE; }
 
 static void test_budget(void) {
   enum { N = 32 }; /* 1 MiB each */
-  hak_slab_t *s[N];
-  hak_opt.purge_delay_ms = 1000;
+  slab_t *s[N];
+  opt.purge_delay_ms = 1000;
   pthread_mutex_lock(&region_lock);
   size_t kept0 = kept();
   uint64_t t = 10000000;
@@ -193,7 +194,7 @@ static void test_budget(void) {
   /* Two peak windows later the peak is what is in use now: the rest goes, down to the
    * slack of 8 MiB, less a sixteenth. */
   for (uint64_t later = t + 1100; later <= t + 2200; later += 1100) {
-    hak_slab_t *one = span_alloc(1);
+    slab_t *one = span_alloc(1);
     one->touched = UNIT_SIZE;
     span_free(one, later);
     CHECK(purge_budget_allows(0), "over the budget after the window moved");
@@ -208,8 +209,8 @@ static void test_budget(void) {
 /* ---- the remote word ------------------------------------------------------------------- */
 #define PUSHERS 4
 typedef struct {
-  hak_slab_t *s;
-  hak_block_t **blocks;
+  slab_t *s;
+  block_t **blocks;
   size_t n;
 } pusher_t;
 
@@ -227,16 +228,15 @@ static void *push_blocks(void *arg) {
 
 static void test_remote(void) {
   pthread_mutex_lock(&region_lock);
-  hak_slab_t *s = span_alloc(1);
+  slab_t *s = span_alloc(1);
   pthread_mutex_unlock(&region_lock);
   CHECK(s != NULL, "span_alloc");
   uint32_t c = size_to_class(64);
   slab_init(s, c, (uintptr_t)0x4000); /* owned by a heap that is only a number here */
-  while (slab_extend(s)) {
-  }
+  while (slab_extend(s)) {}
   size_t n = 0;
-  hak_block_t **all = calloc(s->capacity, sizeof *all);
-  for (hak_block_t *b = s->free; b != NULL; b = block_next(b)) all[n++] = b;
+  block_t **all = calloc(s->capacity, sizeof *all);
+  for (block_t *b = s->free; b != NULL; b = block_next(b)) all[n++] = b;
   CHECK(n == s->capacity, "%zu blocks listed, %u carved", n, s->capacity);
   s->free = NULL;
   s->used = (uint16_t)n; /* all of them out */
@@ -252,11 +252,11 @@ static void test_remote(void) {
   CHECK(word >> REMOTE_COUNT_SHIFT == n, "the remote word counts %zu, not %zu",
         (size_t)(word >> REMOTE_COUNT_SHIFT), n);
   size_t listed = 0;
-  for (hak_block_t *b = (hak_block_t *)(word & REMOTE_LIST_MASK); b != NULL; b = block_next(b)) listed++;
+  for (block_t *b = (block_t *)(word & REMOTE_LIST_MASK); b != NULL; b = block_next(b)) listed++;
   CHECK(listed == n, "%zu blocks on the remote list, %zu pushed", listed, n);
   CHECK(slab_collect(s) == n && s->used == 0 && atomic_load(&s->remote) == 0, "collect");
   size_t back = 0;
-  for (hak_block_t *b = s->free; b != NULL; b = block_next(b)) back++;
+  for (block_t *b = s->free; b != NULL; b = block_next(b)) back++;
   CHECK(back == n, "%zu blocks back on the free list, %zu pushed", back, n);
   CHECK(slab_collect(s) == 0, "a second collect finds nothing");
   free(all);

@@ -54,7 +54,8 @@ static void case_again(void) {
 
 static void case_trylock(void) {
   pthread_mutex_lock(&region_lock);
-  at[1] = __LINE__; if (pthread_mutex_trylock(&heaps_lock) != 0) exit(3);
+  at[1] = __LINE__;
+  if (pthread_mutex_trylock(&heaps_lock) != 0) exit(3);
   at[0] = __LINE__, pthread_mutex_lock(&prof_lock);
 }
 
@@ -139,9 +140,8 @@ int main(int argc, char **argv) {
     bool ok = cases[i].expect ? aborted && strcmp(out, want) == 0
                               : WIFEXITED(status) && WEXITSTATUS(status) == 0 && out[0] == '\0';
     bool sig = WIFSIGNALED(status);
-    printf("unit_lock_order %s: the child %s %d; its stderr: %s", argv[1],
-           sig ? "died of signal" : "exited", sig ? WTERMSIG(status) : WEXITSTATUS(status),
-           out[0] ? out : "(nothing)\n");
+    printf("unit_lock_order %s: the child %s %d; its stderr: %s", argv[1], sig ? "died of signal" : "exited",
+           sig ? WTERMSIG(status) : WEXITSTATUS(status), out[0] ? out : "(nothing)\n");
     if (!ok && cases[i].expect) printf("unit_lock_order %s: FAILED, wanted an abort with: %s", argv[1], want);
     if (!ok && !cases[i].expect) printf("unit_lock_order %s: FAILED, wanted exit 0, no output\n", argv[1]);
     return ok ? 0 : 1;

@@ -71,9 +71,9 @@ class Hakmem:
             raise Fail("no process or core file: run the program or load a core first")
         self.inf = gdb.selected_inferior()
         try:
-            self.slab_t = gdb.lookup_type("hak_slab_t")
+            self.slab_t = gdb.lookup_type("slab_t")
             self.heap_t = gdb.lookup_type("hak_heap_t")
-            self.region_t = gdb.lookup_type("hak_region_t")
+            self.region_t = gdb.lookup_type("region_t")
         except gdb.error:
             try:
                 gdb.parse_and_eval("(long)&hak_malloc")
@@ -99,9 +99,9 @@ class Hakmem:
                   "library's: region_map has %d entries, a region %d units"
                   % (self.region_map_len, self.units_per_region))
         self.free_unit_slab = self.address_of("region_free_unit_slab")
-        self.heap_empty = self.address_of("hak_heap_empty")
-        self.list_key = self.int_global("hak_list_key") if self.secure else 0
-        self.tag_key = self.int_global("hak_tag_key") if self.secure else 0
+        self.heap_empty = self.address_of("empty_heap")
+        self.list_key = self.int_global("list_key") if self.secure else 0
+        self.tag_key = self.int_global("tag_key") if self.secure else 0
         self.class_size = struct.unpack("<%dI" % self.num_classes,
                                         self.read(self.address_of("class_size"), 4 * self.num_classes))
         self._threads = None
@@ -128,10 +128,10 @@ class Hakmem:
 
     @staticmethod
     def tls_heap():
-        """The selected thread's hak_tls_heap (gdb.error where TLS cannot be read)."""
-        sym = gdb.lookup_global_symbol("hak_tls_heap")
+        """The selected thread's tls_heap (gdb.error where TLS cannot be read)."""
+        sym = gdb.lookup_global_symbol("tls_heap")
         if sym is None:
-            return int(gdb.parse_and_eval("hak_tls_heap"))
+            return int(gdb.parse_and_eval("tls_heap"))
         return int(sym.value(gdb.selected_frame()))
 
     def int_global(self, name):
@@ -227,7 +227,7 @@ class Hakmem:
         return out, None
 
     def walk_queue(self, q):
-        """(slab address, slab) for each slab on a hak_slab_queue_t value, and a problem."""
+        """(slab address, slab) for each slab on a slab_queue_t value, and a problem."""
         out, seen, s = [], set(), int(q["head"])
         count = int(q["count"])
         while s:
@@ -246,7 +246,7 @@ class Hakmem:
 
     # ---- threads -------------------------------------------------------------------------
     def heap_threads(self):
-        """{heap address: [gdb thread]} from each thread's hak_tls_heap."""
+        """{heap address: [gdb thread]} from each thread's tls_heap."""
         if self._threads is not None:
             return self._threads
         self._threads = {}
@@ -275,7 +275,7 @@ class Hakmem:
     def heap_name(self, h):
         ths = self.heap_threads().get(h)
         if h == self.heap_empty:
-            return "hak_heap_empty (no heap yet)"
+            return "empty_heap (no heap yet)"
         if not ths:
             return "heap %s (no thread: parked, pooled or being handed over)" % hexa(h)
         return "heap %s (%s)" % (hexa(h), ", ".join(thread_name(t) for t in ths))
@@ -423,13 +423,13 @@ def cmd_heap(hk, verbose):
     try:  # a global since the heap files were split; a file static before
         abandoned = hk.address_of("heap_abandoned")
     except (gdb.error, AttributeError, TypeError):
-        abandoned = hk.find_static("abandoned", "hak_slab_queue_t")
+        abandoned = hk.find_static("abandoned", "slab_queue_t")
     n_abandoned = 0
     if abandoned is None:
         abandoned_line = ("abandoned slabs: not visible (no static `abandoned` in the debug "
                           "info); the table leaves them out")
     else:
-        qt = gdb.lookup_type("hak_slab_queue_t")
+        qt = gdb.lookup_type("slab_queue_t")
         for c in range(nc):
             try:
                 lst, bad = hk.walk_queue(hk.fetch(abandoned + c * qt.sizeof, qt))
@@ -474,7 +474,7 @@ def cmd_heap_regions(hk, verbose):
     scan = hk.region_map_scan()
     mapped = scan.get(MAP_REGION, [])
     regions = []
-    head = hk.find_static("regions", "hak_region_t")
+    head = hk.find_static("regions", "region_t")
     if head is None:
         print("regions: the static `regions` is not visible; %d regions found on the region map"
               % len(mapped))
@@ -510,14 +510,14 @@ def cmd_heap_regions(hk, verbose):
     print("large: %s, %s requested, in %s of units"
           % (plural(large_blocks, "live block"), mib(large_requested), mib(large_units << UNIT_SHIFT)))
 
-    huge_bytes = int(hk.global_value("hak_gstats")["huge_mapped"])
+    huge_bytes = int(hk.global_value("gstats")["huge_mapped"])
     huge = []
     for chunk in scan.get(MAP_HUGE, []):
         hdr = hk.find_huge(chunk + REGION_SIZE - 1)
         if hdr and hdr[1] >> REGION_SHIFT == chunk >> REGION_SHIFT:
             huge.append(hdr)
     live_huge = [h for h in huge if h[0] == HUGE_MAGIC]
-    print("huge: %s mapped (hak_gstats.huge_mapped), %s"
+    print("huge: %s mapped (gstats.huge_mapped), %s"
           % (mib(huge_bytes), plural(len(live_huge), "live block")))
     for i, (magic, user, base, map_size, size) in enumerate(huge):
         if verbose or i < SHOWN_ROWS:
@@ -759,11 +759,11 @@ def cmd_thread(hk, arg):
         try:
             h = hk.tls_heap()
         except gdb.error as e:
-            raise Fail("cannot read this thread's hak_tls_heap (%s); name a heap instead: "
+            raise Fail("cannot read this thread's tls_heap (%s); name a heap instead: "
                        "hakmem thread ADDRESS (hakmem heap lists them)" % e)
-        print("%s: hak_tls_heap = %s" % (thread_name(gdb.selected_thread()), hexa(h)))
+        print("%s: tls_heap = %s" % (thread_name(gdb.selected_thread()), hexa(h)))
     if h == hk.heap_empty:
-        print("  hak_heap_empty: this thread has no heap (it has not allocated yet)")
+        print("  empty_heap: this thread has no heap (it has not allocated yet)")
         return
     hv = hk.heap(h)
     print("  %5s %8s %16s %6s %6s %14s %6s %6s %5s" % (
@@ -794,7 +794,7 @@ def cmd_thread(hk, arg):
     spans = hv["spans"]
     n = int(spans["count"])
     parts = []
-    for i in range(min(n, hk.array_len(gdb.lookup_type("hak_span_cache_t"), "spans"))):
+    for i in range(min(n, hk.array_len(gdb.lookup_type("span_cache_t"), "spans"))):
         sp = int(spans["spans"][i])
         try:
             sv = hk.slab(sp)
@@ -971,7 +971,7 @@ Usage: hakmem ptr EXPRESSION"""
 class HakmemThread(gdb.Command):
     """The selected thread's heap: class queues, span cache, pending remote frees.
 
-The heap hak_tls_heap points at (or the heap at address HEAP): per class the head slab,
+The heap tls_heap points at (or the heap at address HEAP): per class the head slab,
 the blocks on its free list, its remote frees, blocks carved and blocks that fit, blocks
 out, the queue's and full list's lengths; the span cache; the remote chains of frees into
 other threads' slabs that it has not pushed yet.

@@ -18,8 +18,7 @@ int main(void) {
   hak_get_info(&after);
   for (int i = 0; i < N; i++) free(blocks[i]);
   if (after.in_use < before.in_use + (size_t)N * SIZE) {
-    fprintf(stderr, "consumer: malloc is not hakmem's (in use %zu -> %zu)\n", before.in_use,
-            after.in_use);
+    fprintf(stderr, "consumer: malloc is not hakmem's (in use %zu -> %zu)\n", before.in_use, after.in_use);
     return 1;
   }
   printf("ok\n");
