@@ -8,8 +8,10 @@ nm=$1 archive=$2 shared=$3
 tmp=${TMPDIR:-/tmp}/static_names.$$
 trap 'rm -f "$tmp".a "$tmp".so' EXIT
 "$nm" -g --defined-only "$archive" | awk 'NF == 3 { print $3 }' | sort -u > "$tmp".a
-# _init and _fini: a shared object's own (musl's crti), no name of the library's.
-"$nm" -D --defined-only "$shared" | awk 'NF == 3 && $3 != "_init" && $3 != "_fini" { print $3 }' |
+# _init and _fini (musl's crti) and the linker's own symbols (_end, _edata, __bss_start,
+# which some linkers, aarch64's among them, export): no name of the library's.
+"$nm" -D --defined-only "$shared" |
+  awk 'NF == 3 && $3 !~ /^(_init|_fini|_end|_edata|__bss_start)$/ { print $3 }' |
   sort -u > "$tmp".so
 n_a=$(wc -l < "$tmp".a) n_so=$(wc -l < "$tmp".so)
 echo "libhakmem.a: $n_a global names; libhakmem.so: $n_so exported"
