@@ -17,8 +17,8 @@
  * is in spans, THP_FRESH_MAX), with one page populated and MADV_COLLAPSE, which fills
  * the rest with zeros: no copy, and no fault for the 511 other pages. Their units are
  * then resident free units, which placement takes first; what the heap does not take
- * within the purge delay goes back whole. A process below THP_GROW_MIN, or one that
- * stopped growing, gets none.
+ * within the purge delay goes back whole. A process below THP_GROW_MIN, one that
+ * stopped growing, or one under a memory limit (limit.soft/hard) gets none.
  *
  * Off with HAKMEM_THP=0, THP `never` or PR_SET_THP_DISABLE (asked at every pass), and
  * without the purge thread. */
@@ -196,8 +196,9 @@ static size_t thp_last_used;
 static size_t fresh_wanted(bool allowed) {
   size_t used = region_used_units, grown = used > thp_last_used ? used - thp_last_used : 0;
   thp_last_used = used;
-  if (!allowed || opt.thp_no_collapse || atomic_load_explicit(&collapse_missing, memory_order_relaxed) ||
-      used * UNIT_SIZE < THP_GROW_MIN)
+  /* Under a memory limit nothing is made resident ahead of use: no limit admits it. */
+  if (!allowed || limits_set() || opt.thp_no_collapse ||
+      atomic_load_explicit(&collapse_missing, memory_order_relaxed) || used * UNIT_SIZE < THP_GROW_MIN)
     return 0;
   size_t target = grown < used / 32 ? grown : used / 32;
   if (target > THP_FRESH_MAX * RANGE_UNITS) target = THP_FRESH_MAX * RANGE_UNITS;
