@@ -207,6 +207,14 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   pthread_mutex_lock(&region_lock);
   heap_sweep_abandoned_locked(now, true);
   released += purge_pass(now, 0, true);
+  /* A collapse in flight on the purge thread pins its region: wait it out (a few ms),
+   * so that what is empty is unmapped by this call, not by a later pass. */
+  for (int i = 0; i < 200 && thp_pins_empty_region(); i++) {
+    pthread_mutex_unlock(&region_lock);
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+    pthread_mutex_lock(&region_lock);
+    released += purge_pass(os_now_ms(), 0, true);
+  }
   pthread_mutex_unlock(&region_lock);
   return released;
 }

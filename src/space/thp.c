@@ -76,6 +76,12 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
   return n;
 }
 
+bool thp_pins_empty_region(void) {
+  for (const region_t *r = regions; r != NULL; r = r->next)
+    if (r->pins != 0 && r->free_units == r->span_units) return true;
+  return false;
+}
+
 size_t region_thp_fresh(region_range_t *out, size_t max) {
   size_t n = 0;
   for (region_t *r = regions; r != NULL && n < max; r = r->next) {
