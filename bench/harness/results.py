@@ -42,6 +42,7 @@ Files written before a field existed read back with that field empty.
 
 import csv
 import json
+import os
 
 FIELDS = [
     "kind", "allocator", "workload", "params", "threads", "round", "warmup",
@@ -103,6 +104,15 @@ def write_json(path, meta, records):
         f.write("\n")
 
 
+def write_meta(path, meta):
+    """The run's details alone (machine, mode, rounds, allocators): kept beside results.csv
+    in docs/benchmarks/, where results.json is not, so that a report regenerated from the
+    CSV still says how the run was made."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def write_csv(path, records):
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
@@ -160,7 +170,13 @@ def read_json(path):
 
 
 def load(path):
-    """(meta, records) from results.json or results.csv (the CSV has no meta)."""
+    """(meta, records) from results.json, or from results.csv and the meta.json beside it
+    (an empty meta where there is none)."""
     if str(path).endswith(".csv"):
-        return {}, read_csv(path)
+        meta_path = os.path.join(os.path.dirname(os.path.abspath(path)), "meta.json")
+        meta = {}
+        if os.path.exists(meta_path):
+            with open(meta_path, encoding="utf-8") as f:
+                meta = json.load(f)
+        return meta, read_csv(path)
     return read_json(path)

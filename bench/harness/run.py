@@ -144,6 +144,7 @@ class Suite:
     def save(self):
         results.write_json(os.path.join(self.out_dir, "results.json"), self.meta, self.records)
         results.write_csv(os.path.join(self.out_dir, "results.csv"), self.records)
+        results.write_meta(os.path.join(self.out_dir, "meta.json"), self.meta)
 
     def binary(self, program):
         return os.path.join(self.bin_dir, workloads.binary_name(program))

@@ -47,6 +47,16 @@ class RoundTripTest(unittest.TestCase):
         self.assertEqual(meta, {})
         self.assertEqual(records, sample_records())
 
+    def test_csv_with_meta_beside_it(self):
+        path = os.path.join(self.dir.name, "results.csv")
+        results.write_csv(path, sample_records())
+        self.assertEqual(results.load(path)[0], {})
+        meta = {"mode": "full", "rounds": 2, "machine": {"nproc": 2, "uname": "Linux x"}}
+        results.write_meta(os.path.join(self.dir.name, "meta.json"), meta)
+        meta2, records = results.load(path)
+        self.assertEqual(meta2, meta)
+        self.assertEqual(records, sample_records())
+
     def test_every_record_has_every_field(self):
         for r in sample_records():
             self.assertEqual(list(r), results.FIELDS)
