@@ -3,12 +3,17 @@
  * For each size class, children forked from the same state each take a slab of the
  * class through some of its states, and probe every 16-byte address of the slab's span
  * at each: every block start with free, realloc, malloc_usable_size, free_sized and
- * hak_heap_realloc, every other address with free, realloc and malloc_usable_size
- * (walk_probe.c), against a model of which blocks are out. A live block must give its
+ * hak_heap_realloc, every other address with free, and with realloc and
+ * malloc_usable_size too those in the span's first and last 4 KiB and 16 bytes into,
+ * halfway through and 16 bytes before the end of each block (every address with
+ * WALK_ALL_OPS set; walk_probe.c), against a model of which blocks are out; a 16-byte
+ * class's every address is a block start. A live block must give its
  * size (and realloc to its size must keep it); any other address must be reported
  * (hakmem's one line naming the pointer: invalid pointer or double free) and abort.
  * Each state is checked to have been reached (a figure or the page tables say so)
- * before it is probed, so no state can be skipped unseen.
+ * before it is probed, so no state can be skipped unseen. (The hardened build's
+ * quarantine keeps up to 256 freed blocks: blocks of another class are freed to push
+ * them out where the slab must empty.)
  *   walk      one child finds where the class's next fresh slab will lie (it allocates
  *             until the class's slab count goes up twice), a second takes that slab:
  *             fresh (one block out, the rest not carved), partly carved (a third out,

@@ -37,12 +37,12 @@ typedef struct {
 extern hak_heap_t *walk_probe_heap; /* hak_heap_realloc's heap: any one will do */
 extern unsigned walk_probes, walk_failures;
 
-void walk_init(void);                  /* the SIGABRT handler and the report pipe */
-void walk_capture(void);               /* stderr goes to the pipe from here on */
+void walk_init(void);    /* the SIGABRT handler and the report pipe */
+void walk_capture(void); /* stderr goes to the pipe from here on */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void walk_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-uint64_t stat_of(const char *fmt, unsigned c); /* a figure by name; %u: c */
-void walk_state(const char *name);             /* the state the next probes are in */
+uint64_t stat_of(const char *fmt, unsigned c);                     /* a figure by name; %u: c */
+void walk_state(const char *name);                                 /* the state the next probes are in */
 void walk_check(const walk_model_t *m, bool ok, const char *what); /* a state reached */
 
 /* Probes q with ops first..last, against m. False once the walk should stop. */
@@ -50,10 +50,11 @@ bool probe_at(const walk_model_t *m, uintptr_t q, enum walk_op first, enum walk_
 /* Every block start with every op; every 16-byte address of [from, to) with free (every
  * `stride` bytes only, outside the first and last 4 KiB, with stride > 16), and those in
  * the first and last 4 KiB and 16 bytes into, halfway through and 16 bytes before the
- * end of each block with realloc and malloc_usable_size too. */
+ * end of each block with realloc and malloc_usable_size too (every address with
+ * WALK_ALL_OPS set in the environment: three times as long). */
 bool probe_range(const walk_model_t *m, uintptr_t from, uintptr_t to, size_t stride);
-bool probe_model(const walk_model_t *m, const char *state); /* all of [lo, hi) */
+bool probe_model(const walk_model_t *m, const char *state);      /* all of [lo, hi) */
 bool walk_in(const walk_model_t *m, const void *p, unsigned *k); /* a block start of m */
-bool walk_resident(uintptr_t from, uintptr_t to, bool any); /* mincore: any/all pages */
+bool walk_resident(uintptr_t from, uintptr_t to, bool any);      /* mincore: any/all pages */
 
 #endif

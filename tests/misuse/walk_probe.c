@@ -26,6 +26,7 @@
 
 hak_heap_t *walk_probe_heap;
 unsigned walk_probes, walk_failures;
+static bool all_ops; /* WALK_ALL_OPS set: realloc and malloc_usable_size at every address */
 static int real_stderr = -1;
 static int report_fd = -1;   /* stands in for stderr during the walk: a pipe's end */
 static int report_pipe = -1; /* its other end, read after each probe */
@@ -69,6 +70,7 @@ void walk_init(void) {
   int ends[2];
   if (real_stderr < 0 || pipe2(ends, O_NONBLOCK) != 0 || hak_stats_get == NULL) exit(2);
   report_pipe = ends[0], report_fd = ends[1];
+  all_ops = getenv("WALK_ALL_OPS") != NULL;
   setvbuf(stdout, NULL, _IONBF, 0);
   struct sigaction sa = {0};
   sa.sa_handler = on_abort;
@@ -186,8 +188,8 @@ bool probe_at(const walk_model_t *m, uintptr_t q, enum walk_op first, enum walk_
     if (op == OP_USABLE || op == OP_REALLOC) {
       in_probe = 1;
       if (sigsetjmp(probe_jump, 0) == 0) {
-        bool ok = op == OP_USABLE ? malloc_usable_size((void *)q) >= m->n
-                                  : realloc((void *)q, m->n) == (void *)q;
+        bool ok =
+            op == OP_USABLE ? malloc_usable_size((void *)q) >= m->n : realloc((void *)q, m->n) == (void *)q;
         in_probe = 0;
         if (!ok) fail(m, op, q, "the live block", "another answer");
       } else {
@@ -206,7 +208,7 @@ bool probe_range(const walk_model_t *m, uintptr_t from, uintptr_t to, size_t str
     unsigned k;
     bool near = q - from < 4096 || to - q <= 4096;
     uintptr_t off = q >= m->start ? (q - m->start) % m->size : 0;
-    bool sampled = near || off == 16 || off == (m->size / 2 & ~(size_t)15) || off == m->size - 16;
+    bool sampled = all_ops || near || off == 16 || off == (m->size / 2 & ~(size_t)15) || off == m->size - 16;
     if (walk_in(m, (void *)q, &k)) {
       if (!probe_at(m, q, OP_FREE, OPS - 1)) return false;
     } else if (!probe_at(m, q, OP_FREE, OP_FREE) || (sampled && !probe_at(m, q, OP_REALLOC, OP_USABLE))) {
