@@ -148,6 +148,10 @@ static uintptr_t huge_kept_guard(uintptr_t base, size_t map_size) {
 
 static huge_header_t *huge_checked(const void *p, const char *who) {
   huge_header_t *h = huge_header_of((uintptr_t)p);
+  /* p at the start of its chunk: the header's chunk is the one before, which may be no
+   * huge mapping's (the mapping starts at p's chunk), and is not read then. */
+  unsigned kind = region_map_kind((uintptr_t)h);
+  if (kind != MAP_HUGE && kind != MAP_HUGE_TAIL) error_fatal_pointer("invalid pointer", who, p);
   if (h->magic == HUGE_FREED_MAGIC && h->user == (uintptr_t)p) error_fatal_pointer("double free", who, p);
   if (h->magic != HUGE_MAGIC || h->user != (uintptr_t)p) error_fatal_pointer("invalid pointer", who, p);
   return h;

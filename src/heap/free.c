@@ -101,9 +101,12 @@ _Noreturn void report_not_live(void *p, const char *fn) {
   const slab_t *d = &r->slabs[unit];
   bool was_large = d->class_idx == NUM_CLASSES && d->start == a;
   /* A freed block's tag names the descriptor of a slab that covered it: one of the
-   * SLAB_MAX_UNITS descriptors up to its own unit's. (A freed large block is not read:
-   * the hardened build guards it.) */
-  bool readable = !HAKMEM_SECURE || bit_get(r->open_bits, unit); /* else never a block */
+   * SLAB_MAX_UNITS descriptors up to its own unit's. (A freed large block is not read.
+   * Hardened: a unit no span has taken is inaccessible, and so is every byte of a freed
+   * large block while quarantined, its span's map entries still naming it.) */
+  bool readable =
+      !HAKMEM_SECURE || (bit_get(r->open_bits, unit) &&
+                         __atomic_load_n(&region_slab_of(a)->class_idx, __ATOMIC_RELAXED) != NUM_CLASSES);
   uintptr_t tag =
       (a & 15) == 0 && !was_large && readable ? ((const block_t *)a)->free_tag ^ BLOCK_TAG_KEY : 0;
   uintptr_t lowest = (uintptr_t)&r->slabs[unit >= SLAB_MAX_UNITS ? unit - SLAB_MAX_UNITS + 1 : 0];
