@@ -107,17 +107,18 @@ static inline void zero_range(uintptr_t a, size_t from, size_t to) {
 /* Only free blocks of two pages or more are purged (deferred.c), marked in [16, 24). */
 static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && block_purged(a); }
 
-/* Hands out the free block at a for n bytes: was = its size word's n (checked sane). A
- * block that has been through free() and the quarantine (was > 0) is zero but for its
- * link and (purged) mark; any other (new, or released unchecked) is zeroed whole. Then
- * the canary word after the data, then the size word. */
+/* Hands out the free block at a for n bytes: was = its size word's n (checked sane).
+ * Every free block is zero but for its link and (purged) mark: one that has been
+ * through free() and the quarantine (was > 0) was checked so; one never handed out
+ * (was = 0) was cleared by carving (slab_extend), and one released unchecked was zeroed
+ * by whoever released it (secure_free, secure_quarantine_flush). Debug builds check the
+ * was = 0 case, which costs a pass over the block. Then the canary word after the data,
+ * then the size word. */
 static inline void arm_free_block(uintptr_t a, size_t n, size_t S, size_t was) {
-  if (HAK_LIKELY(was != 0)) {
-    store64(a, 0);
-    if (maybe_purged(a, S)) store64(a + 16, 0);
-  } else {
-    memset((void *)a, 0, S - 8);
-  }
+  store64(a, 0);
+  if (maybe_purged(a, S)) store64(a + 16, 0);
+  if (HAKMEM_DEBUG && was == 0 && !secure_all_zero(a + 16, a + S - 8))
+    error_fatal_at("hakmem bug: a new block is not zero", (void *)a);
   store64(a + n, canary_at(a + n));
   secure_size_encode(secure_size_word(a, S), n);
 }
