@@ -28,7 +28,7 @@ CLASSES = [
     ("`malloc(0)`", r"^zero_"),
     ("reuse by the next malloc", r"^reuse_"),
     ("data left after free", r"^(zeroed_after_free|fresh_blocks|freed)_"),
-    ("a write at every offset near a block (each in its own process)", r"^every_offset_"),
+    ("a write at every offset near a block (each in its own process)", r"^every_(offset|slack)_"),
 ]
 TABLE_ORDER = [0, 1, 3, 8, 2, 4, 5, 6, 7]
 

@@ -76,17 +76,21 @@ static inline bool still_clean(uintptr_t a, const slab_t *s) {
 
 /* Are the bytes between a live block's canary word and its size word, [n + 8, S - 8),
  * still zero, as arming and every resize leave them? A write there is an overflow that
- * passed over the canary word. The bytes up to a word boundary from one load (the low
- * ones are the canary's), the rest a word a step up to 64 bytes, else the zero check. */
+ * passed over the canary word. Up to 64 bytes in at most eight loads, without a loop:
+ * words from both ends, overlapping (under 8 bytes: the word that ends at S - 8, its
+ * low bytes, the canary's and the data's, shifted out); more, the zero check. */
 static inline bool slack_clean(uintptr_t a, size_t n, size_t S) {
-  uintptr_t from = a + n + 8, to = a + S - 8, up = (from + 7) & ~(uintptr_t)7;
+  uintptr_t from = a + n + 8, to = a + S - 8;
   if (from >= to) return true;
-  uint64_t acc = up > from ? load64(up - 8) >> (8 * (from - (up - 8))) : 0;
-  if (HAK_LIKELY(to - up <= 64)) {
-    for (uintptr_t p = up; p < to; p += 8) acc |= *(const uint64_t *)p;
-    return acc == 0;
-  }
-  return acc == 0 && secure_all_zero(up, to);
+  size_t len = to - from;
+  if (len < 8) return load64(to - 8) >> (8 * (8 - len)) == 0;
+  uint64_t acc = load64(from) | load64(to - 8);
+  if (len <= 16) return acc == 0;
+  acc |= load64(from + 8) | load64(to - 16);
+  if (len <= 32) return acc == 0;
+  if (HAK_LIKELY(len <= 64))
+    return (acc | load64(from + 16) | load64(from + 24) | load64(to - 32) | load64(to - 24)) == 0;
+  return acc == 0 && secure_all_zero(from, to);
 }
 
 /* Zero [a + from, a + to), whole words, without a call for up to 32 bytes. */
@@ -107,17 +111,18 @@ static inline void zero_range(uintptr_t a, size_t from, size_t to) {
 /* Only free blocks of two pages or more are purged (deferred.c), marked in [16, 24). */
 static inline bool maybe_purged(uintptr_t a, size_t S) { return S >= 8192 && block_purged(a); }
 
-/* Hands out the free block at a for n bytes: was = its size word's n (checked sane). A
- * block that has been through free() and the quarantine (was > 0) is zero but for its
- * link and (purged) mark; any other (new, or released unchecked) is zeroed whole. Then
- * the canary word after the data, then the size word. */
+/* Hands out the free block at a for n bytes: was = its size word's n (checked sane).
+ * Every free block is zero but for its link and (purged) mark: one that has been
+ * through free() and the quarantine (was > 0) was checked so; one never handed out
+ * (was = 0) was cleared by carving (slab_extend), and one released unchecked was zeroed
+ * by whoever released it (secure_free, secure_quarantine_flush). Debug builds check the
+ * was = 0 case, which costs a pass over the block. Then the canary word after the data,
+ * then the size word. */
 static inline void arm_free_block(uintptr_t a, size_t n, size_t S, size_t was) {
-  if (HAK_LIKELY(was != 0)) {
-    store64(a, 0);
-    if (maybe_purged(a, S)) store64(a + 16, 0);
-  } else {
-    memset((void *)a, 0, S - 8);
-  }
+  store64(a, 0);
+  if (maybe_purged(a, S)) store64(a + 16, 0);
+  if (HAKMEM_DEBUG && was == 0 && !secure_all_zero(a + 16, a + S - 8))
+    error_fatal_at("hakmem bug: a new block is not zero", (void *)a);
   store64(a + n, canary_at(a + n));
   secure_size_encode(secure_size_word(a, S), n);
 }

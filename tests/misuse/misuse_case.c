@@ -754,6 +754,24 @@ static void every_offset_between_free(size_t size, bool after, size_t reach) {
 static void every_offset_before_free_32(size_t size) { every_offset_between_free(size, false, 32); }
 static void every_offset_after_free_32(size_t size) { every_offset_between_free(size, true, 32); }
 
+/* Every slack length of the 1024-byte class, 0 to `size` bytes: in the hardened build a
+ * block of n bytes (897..1008) is followed by its canary word, 1008 - n zero bytes and its
+ * size word, all in the block. One byte written at each slack offset in turn must be
+ * caught at free, whatever the length (the check reads short slacks without a loop). */
+static _Noreturn void every_slack_length(size_t size) {
+  for (size_t slack = 0; slack <= size; slack++) {
+    size_t n = 1008 - slack;
+    char *p = xmalloc(n);
+    for (size_t k = 9; k <= 8 + slack; k++) {
+      if (!stopped_at(p, (ptrdiff_t)(n - 1 + k))) {
+        fprintf(stderr, "misuse_case: a write %zu bytes after a %zu-byte block went unseen\n", k, n);
+        property(false, "every write into a block's slack is stopped");
+      }
+    }
+  }
+  property(true, "every write into a block's slack is stopped");
+}
+
 static void every_offset_before_4096(size_t size) { every_offset(size, false, 4096); }
 static void every_offset_after_4096(size_t size) { every_offset(size, true, 4096); }
 static void every_offset_before_32(size_t size) { every_offset(size, false, 32); }
