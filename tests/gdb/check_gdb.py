@@ -105,8 +105,10 @@ def kernel_core_pattern(work):
     return os.path.join(work, pattern.split("%")[0]), ""
 
 
-# gdb 13 reading a kernel core of a CPU with AMX tiles: its own note, not hakmem's output.
-GDB_XSTATE_WARNING = re.compile(r"^warning: Unexpected size of section `\.reg-xstate/\d+' in core file\.$")
+# gdb 13 reading a kernel core of a CPU with AMX tiles (or another xstate size than it
+# knows): its own note, in either of its two wordings, not hakmem's output.
+GDB_XSTATE_WARNING = re.compile(r"^warning: (Unexpected size of section `\.reg-xstate/\d+' in core file|"
+                                r"Section `\.reg-xstate/\d+' in core file too small)\.$")
 
 
 def compare_core(gdb, args, core, name, source, inspect, live, live_out):
