@@ -27,11 +27,11 @@
 #define THP_BLOCK_DENSE (THP_BLOCK_FULL * 7 / 8)
 
 typedef struct thp_block {
-  uintptr_t base;   /* the mapping (0: a free slot); its ranges start here */
-  uint32_t ranges;  /* whole ranges inside the block's bytes */
-  uint32_t pins;    /* passes looking at it now */
-  uint32_t next;    /* the range the next look starts at */
-  uint32_t huge;    /* ranges collapsed */
+  uintptr_t base;                        /* the mapping (0: a free slot); its ranges start here */
+  uint32_t ranges;                       /* whole ranges inside the block's bytes */
+  uint32_t pins;                         /* passes looking at it now */
+  uint32_t next;                         /* the range the next look starts at */
+  uint32_t huge;                         /* ranges collapsed */
   uint64_t done[THP_BLOCK_RANGES / 64];  /* collapsed (purge thread, while pinned) */
   uint64_t dense[THP_BLOCK_RANGES / 64]; /* 7/8 resident at the last look */
 } thp_block_t;
@@ -52,7 +52,8 @@ void thp_block_note(uintptr_t base, uintptr_t end) {
   for (size_t i = 0; i < THP_BLOCK_SLOTS; i++) {
     if (blocks[i].base != 0) continue;
     size_t ranges = (end - base) / HUGE_PAGE_SIZE;
-    blocks[i] = (thp_block_t){.base = base, .ranges = (uint32_t)(ranges < THP_BLOCK_RANGES ? ranges : THP_BLOCK_RANGES)};
+    blocks[i] = (thp_block_t){.base = base,
+                              .ranges = (uint32_t)(ranges < THP_BLOCK_RANGES ? ranges : THP_BLOCK_RANGES)};
     blocks_live++;
     break;
   }

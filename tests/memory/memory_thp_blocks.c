@@ -37,10 +37,12 @@ static void check_pattern(const unsigned char *p, size_t n, unsigned seed, size_
 }
 
 static void print_thp(const char *label) {
-  printf("%-24s AnonHugePages %6.1f MiB, thp.huge_bytes %6.1f MiB, collapsed %llu (%llu in huge blocks), "
-         "failures %llu\n",
-         label, mt_mib(anon_huge()), mt_mib(stat_of("thp.huge_bytes")), (unsigned long long)stat_of("thp.collapsed"),
-         (unsigned long long)stat_of("thp.blocks_collapsed"), (unsigned long long)stat_of("thp.collapse_failures"));
+  printf(
+      "%-24s AnonHugePages %6.1f MiB, thp.huge_bytes %6.1f MiB, collapsed %llu (%llu in huge blocks), "
+      "failures %llu\n",
+      label, mt_mib(anon_huge()), mt_mib(stat_of("thp.huge_bytes")),
+      (unsigned long long)stat_of("thp.collapsed"), (unsigned long long)stat_of("thp.blocks_collapsed"),
+      (unsigned long long)stat_of("thp.collapse_failures"));
   fflush(stdout);
 }
 
@@ -81,7 +83,8 @@ static int sparse(void) {
   size_t rss = mt_rss("sparse block");
   print_thp("sparse block:");
   size_t written = n / step * 4 * KiB;
-  mt_require_at_most("RSS growth of a sparse 1 GiB block", rss > baseline ? rss - baseline : 0, written + 8 * MiB);
+  mt_require_at_most("RSS growth of a sparse 1 GiB block", rss > baseline ? rss - baseline : 0,
+                     written + 8 * MiB);
   if (anon_huge() != 0 || stat_of("thp.blocks_collapsed") != 0) mt_fail("a sparse block got huge pages");
   for (size_t i = 0; i < n; i += step)
     if (p[i] != 1 || p[i + 1] != 0) mt_fail("byte %zu of the sparse block changed", i);
