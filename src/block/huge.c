@@ -130,6 +130,7 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   pthread_mutex_lock(&region_lock);
   purge_note_huge((ptrdiff_t)huge_resident(h));
   pthread_mutex_unlock(&region_lock);
+  thp_block_note(base, user + n); /* its dense ranges: huge pages, later */
   atomic_fetch_add_explicit(&gstats.huge_mapped, map_size, memory_order_relaxed);
   limit_settle(held);
   atomic_fetch_add_explicit(&gstats.huge_allocs, 1, memory_order_relaxed);
@@ -224,6 +225,7 @@ int huge_heap_each(hak_heap_t *u, int (*fn)(void *p, size_t usable, void *arg), 
 void huge_free(void *p, const char *who) {
   huge_header_t *h = huge_checked(p, who);
   huge_leave_heap(h);
+  thp_block_forget(h->base); /* no collapse in flight on it from here on */
   uintptr_t base = h->base;
   size_t map_size = h->map_size, resident = huge_resident(h);
   uint64_t now = os_now_ms();
@@ -256,7 +258,16 @@ static void huge_note_resize(size_t old_resident, const huge_header_t *h) {
 }
 
 /* Grows or shrinks a huge block by remapping its pages, never by copying them. */
-static void *huge_remap(void *p, size_t n);
+static void *huge_remap_pages(void *p, size_t n);
+/* The same, with no collapse in flight on the block meanwhile (thp_blocks.c). */
+static void *huge_remap(void *p, size_t n) {
+  huge_header_t *h = huge_checked(p, "realloc");
+  thp_block_forget(h->base);
+  void *q = huge_remap_pages(p, n);
+  const huge_header_t *now = q != NULL ? huge_header_of((uintptr_t)q) : h;
+  thp_block_note(now->base, now->user + now->size);
+  return q;
+}
 
 /* A user heap's block is resized under the heap's lock, which walkers of its list take:
  * its header may move with its pages, and the list is then linked to it again. */
@@ -282,7 +293,7 @@ void *huge_realloc(void *p, size_t n) {
   return q;
 }
 
-static void *huge_remap(void *p, size_t n) {
+static void *huge_remap_pages(void *p, size_t n) {
   huge_header_t *h = huge_checked(p, "realloc");
   size_t off = h->user - h->base, old_resident = huge_resident(h);
   if (n >= (size_t)PTRDIFF_MAX - off - REGION_SIZE) {

@@ -260,6 +260,10 @@ bool purge_wait(uint64_t max_ms);              /* until the pass is due, or max_
                                    * true if purge_wake ended its nap */
 extern _Atomic bool purge_napping;             /* the purge thread sleeps long: wake it on activity */
 void purge_wake(void);
+/* The heap grew a fresh range's worth since thp_pass (region_lock held): the purge
+ * thread makes the next fresh ranges now (purge_grow_woken), not at its next pass. */
+void purge_wake_grow(void);
+extern _Atomic bool purge_grow_woken;
 void purge_atfork_child(void);
 /* Keeps a freed huge mapping if the delay and budget allow (false: unmap it); a kept one
  * it had to drop comes back in *evicted_*, for the caller to unmap. */
@@ -268,7 +272,17 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
 /* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
 uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
 /* ---- thp.c: which ranges become huge pages (the purge thread's) ------------------ */
-size_t thp_pass(uint64_t now_ms);         /* collapses dense ranges; returns how many */
+/* Collapses dense ranges (and, with `blocks`, huge blocks' dense ranges); returns how many. */
+size_t thp_pass(uint64_t now_ms, bool blocks);
+/* region_alloc_span wakes the purge thread (purge_wake_grow) when region_used_units
+ * reaches this: a fresh range's worth past the last pass (SIZE_MAX: no wake-up). Under
+ * region_lock. */
+extern size_t thp_wake_units;
+/* ---- thp_blocks.c: huge blocks' dense ranges made huge pages (under region_lock) -- */
+void thp_block_note(uintptr_t base, uintptr_t end); /* a live huge block's mapping, to its end */
+void thp_block_forget(uintptr_t base);              /* before it is unmapped or resized; may wait */
+size_t thp_blocks_pass(void);                       /* the purge thread's; returns the collapses */
+void thp_blocks_atfork_child(void);
 #define THP_MIN_IN_USE ((size_t)16 << 20) /* in spans, before any range is collapsed */
 /* Has thp_pass anything to do? Asked inline, so that thp.c, cold code, runs only in a
  * process with a big heap, or with ranges left to khugepaged to advise back. Committed
@@ -276,6 +290,7 @@ size_t thp_pass(uint64_t now_ms);         /* collapses dense ranges; returns how
  * under region_lock. */
 HAK_INLINE bool thp_pass_wanted(void) {
   return opt.thp && (atomic_load_explicit(&gstats.committed_est, memory_order_relaxed) >= THP_MIN_IN_USE ||
+                     atomic_load_explicit(&gstats.huge_mapped, memory_order_relaxed) != 0 ||
                      atomic_load_explicit(&gstats.thp_advised, memory_order_relaxed) != 0);
 }
 
