@@ -8,6 +8,7 @@
 #ifndef HAKMEM_TESTS_MEMORY_TEST_H
 #define HAKMEM_TESTS_MEMORY_TEST_H
 
+#include <inttypes.h>
 #include <malloc.h>
 #include <sys/mman.h>
 
@@ -119,6 +120,15 @@ static inline void mt_print_info(const char *label) {
   hak_get_info(&info);
   printf("%-34s in_use %.1f MiB, mapped %.1f MiB, committed %.1f MiB, released %.1f MiB\n", label,
          mt_mib(info.in_use), mt_mib(info.mapped), mt_mib(info.committed), mt_mib(info.released));
+  uint64_t huge = 0, anon_huge = 0;
+  hak_stats_get("thp.huge_bytes", &huge);
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  char line[256];
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "AnonHugePages: %" SCNu64 " kB", &anon_huge) == 1) break;
+  if (f != NULL) fclose(f);
+  printf("%-34s thp.huge_bytes %.1f MiB, AnonHugePages %.1f MiB\n", "", mt_mib(huge),
+         mt_mib(anon_huge * 1024));
   fflush(stdout);
 }
 
