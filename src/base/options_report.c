@@ -102,4 +102,3 @@ int options_report_fd(bool *own_file) {
 void options_report_done(int fd) {
   if (fd > 2 && fd != kept_fd) close(fd);
 }
-

@@ -73,7 +73,7 @@ size_t heap_trim_idle_locked(hak_heap_t *h, uint64_t now, slab_t **uncarved);
 /* ---- purge_thread.c: memory goes back when the program goes quiet -------------- */
 void purge_thread_poke(void); /* from a slow path with no lock held: start it if wanted */
 uint64_t purge_thread_started(void);
-typedef enum { PT_PASSES, PT_WOKEN, PT_TRIMS, PT_GROW_PASSES } purge_thread_count_t;
+typedef enum { PT_PASSES, PT_WOKEN, PT_TRIMS } purge_thread_count_t;
 /* The thread's passes, those that purge_wake began early, the idle heaps it trimmed. */
 uint64_t purge_thread_count(purge_thread_count_t which);
 void purge_thread_atfork_child(void);

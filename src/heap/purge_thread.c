@@ -33,7 +33,6 @@ static _Atomic uint64_t pt_failed_ms;
 static _Atomic uint64_t pt_started;          /* threads started, for the tests and the report */
 static _Atomic uint64_t pt_passes, pt_woken; /* its passes; those a sign of activity began */
 static _Atomic uint64_t pt_trims;            /* idle heaps whose heads it gave back */
-static _Atomic uint64_t pt_grow_passes;      /* huge-page passes a growing heap woke it for */
 static int pt_pid;                           /* the process the thread belongs to */
 static uint32_t pt_pass;                     /* under heaps_lock */
 static uint64_t pt_last_look;                /* the purge thread's last pass */
@@ -93,7 +92,7 @@ static size_t purge_thread_pass(uint64_t now) {
   done += purge_pass_background(now);
   /* After purging: a range emptied since is not worth a collapse. Collapses count as
    * work done, so that a growing heap is collapsed at the pass rate. */
-  return done + (thp_pass_wanted() ? thp_pass(now, true) * HUGE_PAGE_SIZE : 0);
+  return done + (thp_pass_wanted() ? thp_pass(now) * HUGE_PAGE_SIZE : 0);
 }
 
 static void *purge_thread_main(void *arg) {
@@ -103,18 +102,10 @@ static void *purge_thread_main(void *arg) {
   /* Half a period while it finds work: memory that other threads' frees emptied in an
    * idle heap is taken back within half a period, and purged a delay later. */
   uint64_t period = purge_period_ms() / 2, sleep_ms = period;
-  uint64_t pushes = stats_remote_total(false), full_due = 0;
+  uint64_t pushes = stats_remote_total(false);
   for (int low = 0; low < 2;) {
     bool woken = purge_wait(sleep_ms);
-    /* Woken by a heap that grew a fresh range's worth (purge_wake_grow) before the pass
-     * is due: huge pages only, and back to sleep until then. */
     uint64_t now = os_now_ms();
-    if (atomic_exchange_explicit(&purge_grow_woken, false, memory_order_relaxed) && now < full_due) {
-      atomic_fetch_add_explicit(&pt_grow_passes, 1, memory_order_relaxed);
-      thp_pass(now, false);
-      sleep_ms = full_due - now;
-      continue;
-    }
     atomic_fetch_add_explicit(&pt_passes, 1, memory_order_relaxed);
     if (woken) atomic_fetch_add_explicit(&pt_woken, 1, memory_order_relaxed);
     size_t done = purge_thread_pass(now);
@@ -129,7 +120,6 @@ static void *purge_thread_main(void *arg) {
     sleep_ms = done || active || woken                    ? period
                : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS
                                                           : sleep_ms * 2;
-    full_due = now + sleep_ms;
     low = committed_now() < PURGE_THREAD_START_BYTES ? low + 1 : 0;
   }
   atomic_store_explicit(&pt_state, PT_NONE, memory_order_release);
@@ -189,10 +179,7 @@ void purge_thread_poke(void) {
 uint64_t purge_thread_started(void) { return atomic_load_explicit(&pt_started, memory_order_relaxed); }
 
 uint64_t purge_thread_count(purge_thread_count_t which) {
-  _Atomic uint64_t *c = which == PT_PASSES        ? &pt_passes
-                        : which == PT_WOKEN       ? &pt_woken
-                        : which == PT_GROW_PASSES ? &pt_grow_passes
-                                                  : &pt_trims;
+  _Atomic uint64_t *c = which == PT_PASSES ? &pt_passes : which == PT_WOKEN ? &pt_woken : &pt_trims;
   return atomic_load_explicit(c, memory_order_relaxed);
 }
 

@@ -80,15 +80,6 @@ void purge_wake(void) {
   if (wake) pthread_cond_signal(&purge_cond);
 }
 
-_Atomic bool purge_grow_woken;
-
-/* At most once per thp_pass (which arms it again): a futex call per 2 MiB of growth. */
-void purge_wake_grow(void) {
-  thp_wake_units = SIZE_MAX;
-  atomic_store_explicit(&purge_grow_woken, true, memory_order_relaxed);
-  if (purge_waiting) pthread_cond_signal(&purge_cond);
-}
-
 void purge_schedule(uint64_t due_ms) {
   if (next_purge_ms == 0 || due_ms < next_purge_ms) next_purge_ms = due_ms;
   if (purge_waiting && due_ms < purge_wake_ms) {
@@ -102,7 +93,7 @@ bool purge_wait(uint64_t max_ms) {
   pthread_mutex_lock(&region_lock);
   uint64_t now = os_now_ms(), until = now + max_ms;
   if (next_purge_ms != 0 && next_purge_ms < until) until = next_purge_ms;
-  if (until > now && !atomic_load_explicit(&purge_grow_woken, memory_order_relaxed)) {
+  if (until > now) {
     struct timespec deadline = os_monotonic_after((long)(until - now) * 1000000L);
     purge_waiting = true;
     purge_wake_ms = until;
@@ -121,7 +112,6 @@ void purge_atfork_child(void) {
   pthread_cond_init(&purge_cond, NULL);
   purge_waiting = false;
   atomic_store_explicit(&purge_napping, false, memory_order_relaxed);
-  atomic_store_explicit(&purge_grow_woken, false, memory_order_relaxed);
 }
 
 /* ---- freed huge mappings kept for reuse ------------------------------------------

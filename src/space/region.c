@@ -224,7 +224,6 @@ slab_t *region_alloc_span(size_t units, bool *fresh) {
   r->free_units -= (uint32_t)units;
   ranges_use(r, first, units, true);
   region_used_units += units;
-  if (HAK_UNLIKELY(region_used_units >= thp_wake_units)) purge_wake_grow(); /* a range's growth */
   *fresh = place.dirty < units;
   slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);

@@ -260,10 +260,6 @@ bool purge_wait(uint64_t max_ms);              /* until the pass is due, or max_
                                    * true if purge_wake ended its nap */
 extern _Atomic bool purge_napping;             /* the purge thread sleeps long: wake it on activity */
 void purge_wake(void);
-/* The heap grew a fresh range's worth since thp_pass (region_lock held): the purge
- * thread makes the next fresh ranges now (purge_grow_woken), not at its next pass. */
-void purge_wake_grow(void);
-extern _Atomic bool purge_grow_woken;
 void purge_atfork_child(void);
 /* Keeps a freed huge mapping if the delay and budget allow (false: unmap it); a kept one
  * it had to drop comes back in *evicted_*, for the caller to unmap. */
@@ -272,12 +268,8 @@ bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t 
 /* A kept mapping of map_size whose base + offset is aligned to align, or 0. */
 uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
 /* ---- thp.c: which ranges become huge pages (the purge thread's) ------------------ */
-/* Collapses dense ranges (and, with `blocks`, huge blocks' dense ranges); returns how many. */
-size_t thp_pass(uint64_t now_ms, bool blocks);
-/* region_alloc_span wakes the purge thread (purge_wake_grow) when region_used_units
- * reaches this: a fresh range's worth past the last pass (SIZE_MAX: no wake-up). Under
- * region_lock. */
-extern size_t thp_wake_units;
+/* Collapses dense ranges, and huge blocks' dense ranges; returns how many. */
+size_t thp_pass(uint64_t now_ms);
 /* ---- thp_blocks.c: huge blocks' dense ranges made huge pages (under region_lock) -- */
 void thp_block_note(uintptr_t base, uintptr_t end); /* a live huge block's mapping, to its end */
 void thp_block_forget(uintptr_t base);              /* before it is unmapped or resized; may wait */

@@ -18,11 +18,7 @@
  * the rest with zeros: no copy, and no fault for the 511 other pages. Their units are
  * then resident free units, which placement takes first; what the heap does not take
  * within the purge delay goes back whole. A process below THP_GROW_MIN, one that
- * stopped growing, or one under a memory limit (limit.soft/hard) gets none. A heap that
- * grows faster than the pass rate wakes the purge thread itself: each pass arms
- * thp_wake_units a range past what is in spans, and the region slow path that reaches it
- * signals the thread (purge_wake_grow: once per pass, no syscall on any fast path), which
- * makes the next fresh ranges at once and puts off collapses that copy until it has.
+ * stopped growing, or one under a memory limit (limit.soft/hard) gets none.
  *
  * Huge blocks (over 32 MiB, mappings of their own) are thp_blocks.c's.
  *
@@ -202,27 +198,22 @@ static region_thp_outcome_t thp_do(region_range_t *c) {
 
 /* Units in spans at the last pass (the purge thread's own). */
 static size_t thp_last_used;
-size_t thp_wake_units = SIZE_MAX;
 
 /* How many fresh ranges to make huge now, under region_lock: enough for the growth since
- * the last pass, less the resident free units placement takes first. Arms the growth
- * wake-up: once the heap is a range past this pass (and past THP_GROW_MIN), the region
- * slow path that takes it wakes the purge thread for the next ones. */
+ * the last pass, less the resident free units placement takes first. */
 static size_t fresh_wanted(bool allowed) {
   size_t used = region_used_units, grown = used > thp_last_used ? used - thp_last_used : 0;
   thp_last_used = used;
   /* Under a memory limit nothing is made resident ahead of use: no limit admits it. */
-  bool fresh = allowed && !limits_set() && !opt.thp_no_collapse &&
-               !atomic_load_explicit(&collapse_missing, memory_order_relaxed);
-  size_t wake_at = used + RANGE_UNITS, grow_min = THP_GROW_MIN / UNIT_SIZE;
-  thp_wake_units = !fresh ? SIZE_MAX : wake_at > grow_min ? wake_at : grow_min;
-  if (!fresh || used * UNIT_SIZE < THP_GROW_MIN) return 0;
+  if (!allowed || limits_set() || opt.thp_no_collapse ||
+      atomic_load_explicit(&collapse_missing, memory_order_relaxed) || used * UNIT_SIZE < THP_GROW_MIN)
+    return 0;
   size_t target = grown < used / 32 ? grown : used / 32;
   if (target > THP_FRESH_MAX * RANGE_UNITS) target = THP_FRESH_MAX * RANGE_UNITS;
   return target > region_dirty_units ? (target - region_dirty_units + RANGE_UNITS - 1) / RANGE_UNITS : 0;
 }
 
-size_t thp_pass(uint64_t now_ms, bool blocks) {
+size_t thp_pass(uint64_t now_ms) {
   if (!opt.thp) return 0;
   bool allowed = os_thp_allowed();
   region_range_t c[THP_FRESH_MAX + THP_BATCH];
@@ -234,12 +225,6 @@ size_t thp_pass(uint64_t now_ms, bool blocks) {
   pthread_mutex_unlock(&region_lock);
   size_t collapsed = 0;
   for (size_t i = 0; i < n; i++) {
-    /* A heap that grew a range's worth meanwhile: its fresh ranges come first (a
-     * collapse takes 1-15 ms here, while the heap grows by 2 MiB in under 5). */
-    if (!c[i].fresh && !c[i].unadvise && atomic_load_explicit(&purge_grow_woken, memory_order_relaxed)) {
-      out[i] = THP_NOT_DONE;
-      continue;
-    }
     out[i] = thp_do(&c[i]);
     collapsed += out[i] == THP_COLLAPSED;
   }
@@ -249,8 +234,7 @@ size_t thp_pass(uint64_t now_ms, bool blocks) {
     pthread_mutex_unlock(&region_lock);
   }
   /* Huge blocks: not where collapses are only advised (no MADV_COLLAPSE). */
-  if (blocks && allowed && !opt.thp_no_collapse &&
-      !atomic_load_explicit(&collapse_missing, memory_order_relaxed))
+  if (allowed && !opt.thp_no_collapse && !atomic_load_explicit(&collapse_missing, memory_order_relaxed))
     collapsed += thp_blocks_pass();
   return collapsed;
 }

@@ -89,7 +89,6 @@ static size_t look_at(thp_block_t *b, size_t *looks, size_t *batch) {
     bool was_dense = bit_of(b->dense, g);
     bit_put(b->dense, g, pages >= THP_BLOCK_DENSE);
     if (pages < THP_BLOCK_FULL && !(pages >= THP_BLOCK_DENSE && was_dense)) continue;
-    if (atomic_load_explicit(&purge_grow_woken, memory_order_relaxed)) break; /* fresh ranges first */
     (*batch)--;
     os_collapse_t how = os_collapse(p, HUGE_PAGE_SIZE, false);
     if (how == OS_COLLAPSED) {

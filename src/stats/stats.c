@@ -228,14 +228,13 @@ void stats_print(FILE *f) {
   out(f,
       "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu collapse failures, "
       "%llu left to khugepaged, %llu given back whole, %llu broken by purging; %llu of the collapsed in huge "
-      "blocks; %llu passes woken by growth\n",
+      "blocks\n",
       mib(atomic_load(&gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&gstats.thp_collapsed),
       (unsigned long long)atomic_load(&gstats.thp_fresh), (unsigned long long)atomic_load(&gstats.thp_failed),
       (unsigned long long)atomic_load(&gstats.thp_advised),
       (unsigned long long)atomic_load(&gstats.thp_returned_whole),
       (unsigned long long)atomic_load(&gstats.thp_broken),
-      (unsigned long long)atomic_load(&gstats.thp_block_collapsed),
-      (unsigned long long)purge_thread_count(PT_GROW_PASSES));
+      (unsigned long long)atomic_load(&gstats.thp_block_collapsed));
   out(f,
       "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by "
       "a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; "
