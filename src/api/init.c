@@ -71,6 +71,8 @@ void init_process(void) {
   atomic_store(&init_thread, me);
   checkers_at_start(); /* before any call a sanitizer intercepts */
   options_init();
+  /* A report at exit: keep the stderr the process started with (options_report.c). */
+  if (HAK_UNLIKELY(opt.stats || opt.stats_json)) options_keep_stderr();
   limit_reclaim = heap_limit_reclaim; /* near a memory limit, heaps give back */
   /* The switch stays as set; limit.soft says what it found. */
   if (opt.limit_from_cgroup) limit_from_cgroup();

@@ -197,7 +197,6 @@ void options_init(void) {
   for (size_t i = 0; i < OPTION_COUNT; i++) read_option(&options[i]);
   if (opt.prof_leaks) opt.prof = true; /* a leak report needs the samples */
   if (opt.stats_file != NULL && !opt.stats_json) opt.stats = true;
-  if (opt.stats || opt.stats_json) options_keep_stderr();
   if (!HAKMEM_DEBUG && fault_option != NULL && *fault_option != '\0')
     warn_ignored("HAKMEM_FAULT", fault_option, "a Debug build: release builds inject no failures");
   errno = saved_errno;
