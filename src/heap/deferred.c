@@ -207,9 +207,12 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   pthread_mutex_lock(&region_lock);
   heap_sweep_abandoned_locked(now, true);
   released += purge_pass(now, 0, true);
-  /* A collapse in flight on the purge thread pins its region: wait it out (a few ms),
-   * so that what is empty is unmapped by this call, not by a later pass. */
-  for (int i = 0; i < 200 && thp_pins_empty_region(); i++) {
+  /* A collapse in flight on the purge thread pins its region, and makes its range's
+   * free units resident when it ends: wait it out (a few ms), so that what is empty is
+   * unmapped, and what the collapse made resident purged, by this call, not by a later
+   * pass (fault_sweep: 16.5 MB committed after trim where a fresh range's collapse
+   * ended after the purge). */
+  for (int i = 0; i < 200 && thp_collapse_in_flight(); i++) {
     pthread_mutex_unlock(&region_lock);
     nanosleep(&(struct timespec){0, 1000000}, NULL);
     pthread_mutex_lock(&region_lock);

@@ -219,9 +219,10 @@ slab_t *region_shrink_span(slab_t *s, size_t new_units); /* the tail, to free */
 /* Purges free units freed delay_ms ago or more (and unmaps empty regions beyond the
  * cache, or all with release_regions); later ones lower *next_due. Returns the bytes. */
 size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due);
-/* thp.c: is an empty region pinned by a collapse in flight? (region_lock held; trim
- * waits for it, or the region would outlive malloc_trim.) */
-bool thp_pins_empty_region(void);
+/* thp.c: is a collapse in flight (a region pinned)? (region_lock held; trim waits for
+ * it, or an empty region would outlive malloc_trim, and the free units the collapse
+ * makes resident would stay so until a later pass.) */
+bool thp_collapse_in_flight(void);
 bool region_oldest_dirty(uint32_t clock_ms, region_t **region, size_t *unit, uint32_t *age);
 void region_purge_around(region_t *r, size_t at, size_t need);
 void region_map_unmap(uintptr_t base, size_t map_size); /* a huge mapping goes */

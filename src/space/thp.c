@@ -78,9 +78,9 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
   return n;
 }
 
-bool thp_pins_empty_region(void) {
+bool thp_collapse_in_flight(void) {
   for (const region_t *r = regions; r != NULL; r = r->next)
-    if (r->pins != 0 && r->free_units == r->span_units) return true;
+    if (r->pins != 0) return true;
   return false;
 }
 
