@@ -94,7 +94,10 @@ size_t region_thp_fresh(region_range_t *out, size_t max) {
       if (r->range_used[g] != 0 || ((r->huge_ranges | r->advised_ranges | r->unadvise_ranges) & bit) ||
           first + RANGE_UNITS > r->mapped_units ||
           count_bits(r->free_bits, first, RANGE_UNITS) != RANGE_UNITS ||
-          count_bits(r->dirty_bits, first, RANGE_UNITS) != 0)
+          count_bits(r->dirty_bits, first, RANGE_UNITS) != 0 ||
+          /* Hardened: a unit no span has opened is inaccessible, and MADV_COLLAPSE of a
+           * range split by protections collapses nothing yet returns 0. */
+          (HAKMEM_SECURE && count_bits(r->open_bits, first, RANGE_UNITS) != RANGE_UNITS))
         continue;
       r->pins++;
       out[n++] = (region_range_t){r, (uint32_t)g, r->range_purges[g], false, true, 0, 0, 0, 0};
@@ -118,6 +121,9 @@ void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint
     atomic_fetch_add_explicit(&gstats.thp_huge_bytes, HUGE_PAGE_SIZE, memory_order_relaxed);
     for (size_t u = g * RANGE_UNITS; u < (g + 1) * RANGE_UNITS; u++) {
       if (!bit_get(r->free_bits, u) || bit_get(r->dirty_bits, u)) continue;
+      /* Hardened: a unit never opened stays clean, so that the span that takes it
+       * opens it (span_alloc); marked dirty, it would be handed out inaccessible. */
+      if (HAKMEM_SECURE && !bit_get(r->open_bits, u)) continue;
       bits_set_range(r->dirty_bits, u, 1, true);
       r->touched_pages[u] = 0;
       r->freed_ms[u] = now_ms;
