@@ -208,11 +208,11 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   heap_sweep_abandoned_locked(now, true);
   released += purge_pass(now, 0, true);
   /* A collapse in flight on the purge thread pins its region, and makes its range's
-   * free units resident when it ends: wait it out (a few ms), so that what is empty is
-   * unmapped, and what the collapse made resident purged, by this call, not by a later
-   * pass (fault_sweep: 16.5 MB committed after trim where a fresh range's collapse
-   * ended after the purge). */
-  for (int i = 0; i < 200 && thp_collapse_in_flight(); i++) {
+   * free units resident when it ends: wait it out (1 ms steps, at most 1 s: a pass of
+   * 16 fresh ranges at 1-16 ms each, slower on a loaded machine), so that what is empty
+   * is unmapped, and what the collapse made resident purged, by this call, not by a
+   * later pass (fault_sweep: 13-17 MB committed after trim with at most 200 ms). */
+  for (int i = 0; i < 1000 && thp_collapse_in_flight(); i++) {
     pthread_mutex_unlock(&region_lock);
     nanosleep(&(struct timespec){0, 1000000}, NULL);
     pthread_mutex_lock(&region_lock);
