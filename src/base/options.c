@@ -22,7 +22,6 @@ options_t opt = {
 };
 
 /* Warnings are written with write(2): this runs inside the allocator's own start-up. */
-static void put_stderr(const char *text) { error_write_stderr(text, strlen(text)); }
 
 /* A value we cannot use is reported, not silently dropped: a typo such as
  * HAKMEM_PURGE_DELAY_MS=10ms would otherwise look like a setting that has no effect.
@@ -31,7 +30,7 @@ static void warn_ignored(const char *name, const char *value, const char *takes)
   const char *parts[] = {
       "hakmem: ignoring ",     name, "=", value, *value ? " (takes " : " (empty; takes ", takes,
       "); the default stays\n"};
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) error_write_str(parts[i]);
 }
 
 /* secure_getenv: a set-user-ID or set-group-ID program ignores HAKMEM_*, as the C
@@ -166,14 +165,14 @@ static void warn_unknown_names(void) {
     if (strncmp(*e, "HAKMEM_", 7) != 0) continue;
     size_t len = strcspn(*e, "=");
     if (known_option(*e, len)) continue;
-    put_stderr("hakmem: ignoring unknown option ");
+    error_write_str("hakmem: ignoring unknown option ");
     error_write_stderr(*e, len);
-    put_stderr(" (known:");
+    error_write_str(" (known:");
     for (size_t i = 0; i < OPTION_COUNT; i++) {
-      put_stderr(" ");
-      put_stderr(options[i].name);
+      error_write_str(" ");
+      error_write_str(options[i].name);
     }
-    put_stderr(")\n");
+    error_write_str(")\n");
   }
 }
 

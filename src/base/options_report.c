@@ -10,8 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void put_stderr(const char *text) { error_write_stderr(text, strlen(text)); }
-
 /* Many programs close or redirect fd 2 before they exit (coreutils close stderr), so a
  * report asked for at start-up keeps a duplicate of the stderr the process started with:
  * close-on-exec (an exec'd program takes its own), and numbered from 100 up so that the
@@ -94,7 +92,7 @@ int options_report_fd(bool *own_file) {
     }
     const char *parts[] = {"hakmem: cannot write the stats report to HAKMEM_STATS_FILE=", opt.stats_file,
                            ": ", strerror(errno), "; it goes to stderr\n"};
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) put_stderr(parts[i]);
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) error_write_str(parts[i]);
   }
   return start_stderr();
 }
