@@ -175,6 +175,18 @@ void heap_deferred_if_due(hak_heap_t *h) {
  * malloc_trim. Called with no lock held. */
 void heap_limit_reclaim(void) { heap_collect(tls_heap, true); }
 
+/* Other threads' memory, for heap_collect: parked heaps dissolved, idle heaps' freed
+ * slabs taken, abandoned slabs swept, and every free page purged. */
+static size_t heap_collect_others(hak_heap_t *self, uint64_t now) {
+  heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
+  size_t released = heap_reclaim_idle(self, now, now, true);
+  pthread_mutex_lock(&region_lock);
+  heap_sweep_abandoned_locked(now, true);
+  released += purge_pass(now, 0, true);
+  pthread_mutex_unlock(&region_lock);
+  return released;
+}
+
 size_t heap_collect(hak_heap_t *h, bool release_all) {
   size_t released = 0;
   if (h != &empty_heap) {
@@ -202,23 +214,10 @@ size_t heap_collect(hak_heap_t *h, bool release_all) {
   }
   uint64_t now = os_now_ms();
   if (h != &empty_heap) released += heap_spare_trim(h, now, true);
-  heap_dissolve_parked(now, true); /* their empty slabs: by the sweep below */
-  released += heap_reclaim_idle(h, now, now, true);
-  pthread_mutex_lock(&region_lock);
-  heap_sweep_abandoned_locked(now, true);
-  released += purge_pass(now, 0, true);
-  /* A collapse in flight on the purge thread pins its region, and makes its range's
-   * free units resident when it ends: wait it out (1 ms steps, at most 1 s: a pass of
-   * 16 fresh ranges at 1-16 ms each, slower on a loaded machine), so that what is empty
-   * is unmapped, and what the collapse made resident purged, by this call, not by a
-   * later pass (fault_sweep: 13-17 MB committed after trim with at most 200 ms). */
-  for (int i = 0; i < 1000 && thp_collapse_in_flight(); i++) {
-    pthread_mutex_unlock(&region_lock);
-    nanosleep(&(struct timespec){0, 1000000}, NULL);
-    pthread_mutex_lock(&region_lock);
-    released += purge_pass(os_now_ms(), 0, true);
-  }
-  pthread_mutex_unlock(&region_lock);
+  released += heap_collect_others(h, now);
+  /* What a purge-thread pass in progress holds lands after the look above: wait the
+   * pass out and look again (purge.c). */
+  if (purge_bg_pass_wait()) released += heap_collect_others(h, os_now_ms());
   return released;
 }
 

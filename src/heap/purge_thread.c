@@ -81,6 +81,7 @@ static size_t trim_idle_heaps(uint64_t now) {
 
 /* One pass; returns the bytes it gave back (or took from other heaps). */
 static size_t purge_thread_pass(uint64_t now) {
+  purge_bg_pass_mark(); /* malloc_trim waits for what the pass holds (purge.c) */
   size_t done = trim_idle_heaps(now);
   heap_dissolve_parked(now, false);
   done += heap_reclaim_idle(NULL, now, pt_last_look, false);
@@ -92,7 +93,9 @@ static size_t purge_thread_pass(uint64_t now) {
   done += purge_pass_background(now);
   /* After purging: a range emptied since is not worth a collapse. Collapses count as
    * work done, so that a growing heap is collapsed at the pass rate. */
-  return done + (thp_pass_wanted() ? thp_pass(now) * HUGE_PAGE_SIZE : 0);
+  done += thp_pass_wanted() ? thp_pass(now) * HUGE_PAGE_SIZE : 0;
+  purge_bg_pass_mark();
+  return done;
 }
 
 static void *purge_thread_main(void *arg) {
@@ -188,6 +191,7 @@ void purge_thread_atfork_child(void) {
   atomic_store_explicit(&pt_state, PT_NONE, memory_order_relaxed);
   pt_pid = getpid();
   purge_atfork_child();
+  thp_atfork_child();
   /* Cold code: only where a huge block lives (none can be pinned otherwise). */
   if (atomic_load_explicit(&gstats.huge_mapped, memory_order_relaxed) != 0) thp_blocks_atfork_child();
 }

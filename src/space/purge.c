@@ -108,8 +108,64 @@ bool purge_wait(uint64_t max_ms) {
   return woken;
 }
 
+/* ---- the purge thread's passes, seen by malloc_trim -----------------------------------
+ * A pass holds memory out of every other thread's reach while it works: due runs taken
+ * for purging, parked heaps being dissolved, idle heaps' slabs on their way back, ranges
+ * being collapsed. A trim that runs meanwhile misses it, and it lands after the trim,
+ * resident until a later pass (fault_sweep: 9-17 MB committed after malloc_trim). So
+ * the count is odd while a pass runs, and heap_collect waits the pass out and looks
+ * again. The wait holds no hakmem lock, so the pass never waits for the trimming thread. */
+static _Atomic uint32_t bg_passes;
+static _Atomic int bg_tid; /* the purge thread's: it never waits for itself */
+
+void purge_bg_pass_mark(void) {
+  if ((atomic_load_explicit(&bg_passes, memory_order_relaxed) & 1) == 0)
+    atomic_store_explicit(&bg_tid, os_thread_id(), memory_order_relaxed);
+  atomic_fetch_add_explicit(&bg_passes, 1, memory_order_acq_rel);
+}
+
+#define BG_WAIT_MAX_MS 1000 /* a pass of 24 collapses at 1-16 ms each, slower under load */
+bool purge_bg_pass_wait(void) {
+  uint32_t seq = atomic_load_explicit(&bg_passes, memory_order_acquire);
+  if ((seq & 1) == 0 || atomic_load_explicit(&bg_tid, memory_order_relaxed) == os_thread_id()) return false;
+  for (int i = 0; i < BG_WAIT_MAX_MS && atomic_load_explicit(&bg_passes, memory_order_acquire) == seq; i++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  return true;
+}
+
+#if HAKMEM_DEBUG
+/* debug.hold_purge_thread: the purge thread stops in its pass, with due memory taken out
+ * of reach, until the ctl is set back to 0 (at most 10 s), so that a test can trim then. */
+static _Atomic int bg_hold; /* 0 off, 1 asked, 2 the purge thread waits in its pass */
+
+int purge_debug_hold(int set) {
+  int off = 0;
+  if (set == 1) atomic_compare_exchange_strong(&bg_hold, &off, 1);
+  else if (set == 0) atomic_store(&bg_hold, 0);
+  return atomic_load(&bg_hold);
+}
+
+static void bg_hold_here(void) {
+  int expect = 1;
+  if (atomic_load_explicit(&bg_hold, memory_order_relaxed) != 1 ||
+      atomic_load_explicit(&bg_tid, memory_order_relaxed) != os_thread_id() ||
+      !atomic_compare_exchange_strong(&bg_hold, &expect, 2))
+    return;
+  for (int i = 0; i < 10000 && atomic_load(&bg_hold) == 2; i++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  atomic_store(&bg_hold, 0);
+}
+#else
+int purge_debug_hold(int set) {
+  (void)set;
+  return 0;
+}
+#define bg_hold_here() ((void)0)
+#endif
+
 void purge_atfork_child(void) {
   pthread_cond_init(&purge_cond, NULL);
+  atomic_store_explicit(&bg_passes, 0, memory_order_relaxed); /* no pass runs in the child */
   purge_waiting = false;
   atomic_store_explicit(&purge_napping, false, memory_order_relaxed);
 }
@@ -289,6 +345,7 @@ size_t purge_pass_background(uint64_t now_ms) {
     peak_window_tick(now_ms);
     pthread_mutex_unlock(&region_lock);
     if (n + n_gone + n_huge == 0) return purged;
+    if (HAKMEM_DEBUG) bg_hold_here();
     for (size_t i = 0; i < n; i++) {
       os_purge((char *)runs[i].region + (size_t)runs[i].first * UNIT_SIZE, (size_t)runs[i].units * UNIT_SIZE);
       purged += (size_t)runs[i].units * UNIT_SIZE;

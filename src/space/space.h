@@ -219,10 +219,7 @@ slab_t *region_shrink_span(slab_t *s, size_t new_units); /* the tail, to free */
 /* Purges free units freed delay_ms ago or more (and unmaps empty regions beyond the
  * cache, or all with release_regions); later ones lower *next_due. Returns the bytes. */
 size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, uint64_t *next_due);
-/* thp.c: is a collapse in flight (a region pinned)? (region_lock held; trim waits for
- * it, or an empty region would outlive malloc_trim, and the free units the collapse
- * makes resident would stay so until a later pass.) */
-bool thp_collapse_in_flight(void);
+void thp_atfork_child(void); /* thp.c: the regions' pins dropped (no collapse runs in a child) */
 bool region_oldest_dirty(uint32_t clock_ms, region_t **region, size_t *unit, uint32_t *age);
 void region_purge_around(region_t *r, size_t at, size_t need);
 void region_map_unmap(uintptr_t base, size_t map_size); /* a huge mapping goes */
@@ -262,6 +259,9 @@ bool purge_wait(uint64_t max_ms);              /* until the pass is due, or max_
 extern _Atomic bool purge_napping;             /* the purge thread sleeps long: wake it on activity */
 void purge_wake(void);
 void purge_atfork_child(void);
+void purge_bg_pass_mark(void); /* the purge thread, as a pass begins and as it ends */
+bool purge_bg_pass_wait(void); /* until a pass in progress ends (at most 1 s); true if one was */
+int purge_debug_hold(int set); /* debug.hold_purge_thread: 1 asks, 0 ends; returns the state */
 /* Keeps a freed huge mapping if the delay and budget allow (false: unmap it); a kept one
  * it had to drop comes back in *evicted_*, for the caller to unmap. */
 bool purge_keep_huge(uintptr_t base, size_t map_size, size_t resident, uint64_t now, uintptr_t *evicted_base,

@@ -78,10 +78,10 @@ size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out
   return n;
 }
 
-bool thp_collapse_in_flight(void) {
-  for (const region_t *r = regions; r != NULL; r = r->next)
-    if (r->pins != 0) return true;
-  return false;
+/* A forked child has no pass in flight: the parent's pins are not its, and would keep
+ * their regions mapped for good. */
+void thp_atfork_child(void) {
+  for (region_t *r = regions; r != NULL; r = r->next) r->pins = 0;
 }
 
 size_t region_thp_fresh(region_range_t *out, size_t max) {

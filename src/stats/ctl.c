@@ -180,6 +180,7 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_LIMIT_REFUSED: return limit_value(e->figure - F_LIMIT_SOFT);
   case F_DEBUG_FAULTS: return os_fault_count(true);
   case F_DEBUG_FAULT_CALLS: return os_fault_count(false);
+  case F_DEBUG_HOLD_PURGE: return (uint64_t)purge_debug_hold(-1);
   }
   return 0;
 }
@@ -286,6 +287,11 @@ HAK_EXPORT int hak_ctl_set(const char *name, const void *in, size_t len) {
     if (u > 1) return -EINVAL;
     if (!HAKMEM_DEBUG) return u == 0 ? 0 : -EPERM; /* no failures to stop; none to arm */
     os_fault_arm(u == 1);
+    return 0;
+  case F_DEBUG_HOLD_PURGE:
+    if (u > 1) return -EINVAL;
+    if (!HAKMEM_DEBUG) return u == 0 ? 0 : -EPERM;
+    purge_debug_hold((int)u);
     return 0;
   default: return -EPERM;
   }

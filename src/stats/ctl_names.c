@@ -192,6 +192,10 @@ const ctl_entry_t ctl_table[] = {
     {{"debug.fault_calls", "calls",
       "OS calls that HAKMEM_FAULT could have failed (Debug builds; 0 elsewhere)",
       U, X, RO}, F_DEBUG_FAULT_CALLS, W_NONE},
+    {{"debug.hold_purge_thread", "0/1/2",
+      "Debug builds (0 elsewhere): 1 stops the purge thread in its next pass that purges, what it "
+      "purges out of reach, until set to 0 again (at most 10 s); reads 2 while it waits there", U, X, RW},
+      F_DEBUG_HOLD_PURGE, W_NONE},
 };
 /* clang-format on */
 const size_t ctl_table_size = sizeof ctl_table / sizeof ctl_table[0];
