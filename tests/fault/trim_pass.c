@@ -65,11 +65,11 @@ int main(void) {
   hold(0);
   pthread_join(t, NULL);
   printf("trim took %.0f ms; committed %.1f MiB after it\n", trim_s * 1000, committed_after / 1048576.0);
-  CHECK(held > committed0 + (8u << 20), "only %" PRIu64 " bytes committed while held, %" PRIu64 " at the start: no test", held,
-        committed0);
+  CHECK(held > committed0 + (8u << 20),
+        "only %" PRIu64 " bytes committed while held, %" PRIu64 " at the start: no test", held, committed0);
   CHECK(trim_s * 1000 >= HOLD_MS / 2, "trim returned after %.0f ms, while the pass was held for %d ms",
         trim_s * 1000, HOLD_MS);
-  CHECK(committed_after <= committed0 + (4u << 20), "committed %" PRIu64 " after trim, %" PRIu64 " at the start",
-        committed_after, committed0);
+  CHECK(committed_after <= committed0 + (4u << 20),
+        "committed %" PRIu64 " after trim, %" PRIu64 " at the start", committed_after, committed0);
   return tu_finish("trim_pass");
 }
