@@ -445,7 +445,8 @@ typedef struct global_stats {
    * collapsed; fresh ranges made huge before use; failed collapses; ranges left to khugepaged; huge pages given back whole;
    * huge pages broken by a purge of part of them. */
   _Atomic size_t thp_huge_bytes;
-  _Atomic uint64_t thp_collapsed, thp_fresh, thp_failed, thp_advised, thp_returned_whole, thp_broken;
+  _Atomic uint64_t thp_collapsed, thp_fresh, thp_faulted, thp_failed, thp_advised, thp_returned_whole,
+      thp_broken;
   _Atomic uint64_t thp_block_collapsed; /* of thp_collapsed: huge blocks' ranges (space/thp_blocks.c) */
 } global_stats_t;
 extern global_stats_t gstats;

@@ -70,7 +70,7 @@ static void purge_runs(slab_t **v, size_t n) {
     uintptr_t from = slab_base(v[i]), to = from + span_bytes(v[i]);
     size_t j = i + 1;
     for (; j < n && to == slab_base(v[j]); j++) to += span_bytes(v[j]);
-    os_purge((void *)from, to - from);
+    span_purge((void *)from, to - from);
     for (; i < j; i++) v[i]->touched = 0;
   }
 }

@@ -63,7 +63,7 @@ bool slab_has_stale(const slab_t *s) { return s->touched >= stale_keep(s) + STAL
 size_t slab_trim_stale(slab_t *s) {
   if (!slab_has_stale(s)) return 0;
   size_t keep = stale_keep(s), n = s->touched - keep;
-  os_purge((void *)(slab_base(s) + keep), n);
+  span_purge((void *)(slab_base(s) + keep), n);
   s->touched = (uint32_t)keep;
   return n;
 }

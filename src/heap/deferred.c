@@ -67,7 +67,7 @@ static void heap_purge_idle_heads(hak_heap_t *h, uint64_t now) {
     }
     if (s->aux == 0) s->aux = now;
     if (now - s->aux < (uint64_t)opt.purge_delay_ms) continue;
-    os_purge((void *)slab_base(s), slab_uncarve(s));
+    span_purge((void *)slab_base(s), slab_uncarve(s));
   }
 }
 
@@ -97,7 +97,7 @@ static void heap_purge_free_blocks(hak_heap_t *h, bool all) {
           uintptr_t from = (a + 24 + page - 1) & ~(page - 1);
           uintptr_t to = (a + s->block_size - SECURE_TAIL) & ~(page - 1);
           if (to > from) {
-            os_purge((void *)from, to - from);
+            span_purge((void *)from, to - from);
             atomic_fetch_add_explicit(&gstats.purged_bytes, to - from, memory_order_relaxed);
           }
           block_mark_purged(a);

@@ -7,7 +7,8 @@
  * the purge period has passed), runs the pass without holding region_lock across a
  * syscall, dissolves parked heaps, takes back idle heaps' freed slabs and trims idle
  * heaps (heap_trim_idle_locked), and sleeps again, longer while there is nothing to do.
- * Once committed memory is below the threshold at two passes in a row, it ends.
+ * Once committed memory is below the threshold at two passes in a row, with nothing
+ * waiting for its purge delay, it ends.
  *
  * It is started from a malloc slow path with no hakmem lock held, never recursively
  * (pthread_create's own allocations find the state STARTING), never in a vfork child
@@ -72,7 +73,7 @@ static size_t trim_idle_heaps(uint64_t now) {
     if (n) atomic_fetch_add_explicit(&pt_trims, 1, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
       size_t bytes = (size_t)uncarved[i]->units * UNIT_SIZE;
-      os_purge((void *)slab_base(uncarved[i]), bytes);
+      span_purge((void *)slab_base(uncarved[i]), bytes);
       done += bytes;
     }
     pthread_mutex_unlock(&h->lock);
@@ -123,7 +124,12 @@ static void *purge_thread_main(void *arg) {
     sleep_ms = done || active || woken                    ? period
                : sleep_ms * 2 > PURGE_THREAD_MAX_SLEEP_MS ? PURGE_THREAD_MAX_SLEEP_MS
                                                           : sleep_ms * 2;
-    low = committed_now() < PURGE_THREAD_START_BYTES ? low + 1 : 0;
+    /* Not while memory waits for its purge delay: no one else may ever purge it. */
+    low = committed_now() < PURGE_THREAD_START_BYTES && !purge_scheduled() ? low + 1 : 0;
+    /* Before it ends: heaps whose owner owes deferred work (a thread that only takes fast
+     * paths, whose heads a fill left full of free blocks) are trimmed, not only those
+     * idle for a period; what that gives back keeps it going until purged. */
+    if (low == 2 && trim_idle_heaps(now + purge_period_ms()) != 0) low = 0;
   }
   atomic_store_explicit(&pt_state, PT_NONE, memory_order_release);
   return NULL;

@@ -301,6 +301,10 @@ static bool pass_due(uint64_t now_ms, long delay_ms) {
 
 bool purge_pass_due(uint64_t now_ms) { return pass_due(now_ms, opt.purge_delay_ms); }
 
+/* Is memory waiting to be purged (read without the lock: the purge thread's own last
+ * pass wrote it, and a free since can only make it nonzero)? */
+bool purge_scheduled(void) { return __atomic_load_n(&next_purge_ms, __ATOMIC_RELAXED) != 0; }
+
 size_t purge_pass(uint64_t now_ms, long delay_ms, bool release_regions) {
   if (!pass_due(now_ms, delay_ms)) return 0;
   atomic_fetch_add_explicit(&gstats.purge_passes, 1, memory_order_relaxed);

@@ -43,6 +43,17 @@ void ranges_purged(region_t *r, size_t from, size_t n) {
   }
 }
 
+/* Pages inside a span purged by its user (uncarved slab heads, a slab's stale tail,
+ * free blocks' inner pages): a huge page there is no longer whole, whatever the range's
+ * bits say, and while it was taken as whole (range_held) the range's free units stayed
+ * resident. Noted without region_lock, which those callers may not take. */
+void ranges_note_purged(uintptr_t p, size_t n) {
+  region_t *r = region_of(p);
+  size_t g0 = (p - (uintptr_t)r) / HUGE_PAGE_SIZE, g1 = (p + n - 1 - (uintptr_t)r) / HUGE_PAGE_SIZE;
+  uint32_t mask = (g1 >= 31 ? ~(uint32_t)0 : ((uint32_t)2 << g1) - 1) & ~(((uint32_t)1 << g0) - 1);
+  __atomic_fetch_or(&r->broken_ranges, mask, __ATOMIC_RELAXED);
+}
+
 /* When unit u, free and resident, may be purged (0: not by the timed pass, a huge page
  * mostly in use; else a time, which may have passed): a huge or advised range that is
  * all free goes whole, when its last unit is due. */

@@ -50,6 +50,20 @@ HAK_INLINE size_t range_of_unit(size_t u) { return u / RANGE_UNITS; }
 bool range_held(const region_t *r, size_t g);
 void ranges_use(region_t *r, size_t from, size_t n, bool add); /* units in or out of spans */
 void ranges_purged(region_t *r, size_t from, size_t n);        /* before purging them */
+void ranges_note_purged(uintptr_t p, size_t n);                /* any lock: pages purged in a span */
+/* range_thp.c (cold), under region_lock: */
+extern bool thp_fault_ahead;                             /* new regions fault huge pages (thp.c sets it) */
+void ranges_advise_new(region_t *r, size_t mapped);      /* a region just mapped */
+size_t ranges_fault(region_t *r, size_t from, size_t n); /* a span taken in fault_ranges: units marked */
+void ranges_fold_broken(region_t *r, uint32_t broken);
+
+/* What ranges_note_purged saw, where it broke a huge page or an advised range. */
+HAK_INLINE void ranges_fold(region_t *r) {
+  if (__atomic_load_n(&r->broken_ranges, __ATOMIC_RELAXED) == 0) return;
+  uint32_t broken = __atomic_exchange_n(&r->broken_ranges, 0, __ATOMIC_RELAXED);
+  broken &= r->huge_ranges | r->advised_ranges;
+  if (broken != 0) ranges_fold_broken(r, broken);
+}
 /* When free resident unit u may be purged: 0 never by the timed pass, else a time. */
 uint64_t range_unit_due(const region_t *r, size_t u, uint64_t now_ms, long delay_ms);
 

@@ -7,7 +7,6 @@
 
 #include "space/space.h"
 
-#include <stddef.h>
 #include <string.h>
 
 #define REGION_MAGIC 0x68616b6d656d5247ull /* "hakmemRG" */
@@ -126,9 +125,10 @@ static region_t *region_create(size_t units) {
     os_unmap(r, mapped);
     return NULL;
   }
-  /* Faults get small pages whatever the THP mode: a dense range is collapsed (thp.c);
-   * under THP `madvise` advice would only split the mapping at each collapse. */
+  /* Faults get small pages whatever the THP mode, a big heap's new regions aside
+   * (range_thp.c); a dense range is collapsed (thp.c). */
   if (!opt.thp || os_thp_mode() != OS_THP_MADVISE) os_set_huge_pages(r, mapped, false);
+  if (thp_fault_ahead) ranges_advise_new(r, mapped);
   r->magic = REGION_MAGIC;
   r->mapped_units = (uint32_t)(mapped / UNIT_SIZE); /* less the header and hardened guard: */
   r->span_units = r->mapped_units - REGION_HEADER_UNITS - HAKMEM_SECURE;
@@ -225,6 +225,7 @@ slab_t *region_alloc_span(size_t units, bool *fresh) {
   ranges_use(r, first, units, true);
   region_used_units += units;
   *fresh = place.dirty < units;
+  if (HAK_UNLIKELY(r->fault_ranges != 0)) region_dirty_units += ranges_fault(r, first, units);
   slab_t *s = &r->slabs[first];
   memset(s, 0, sizeof *s);
   s->units = (uint16_t)units;
@@ -249,9 +250,9 @@ void region_free_span(slab_t *s, uint64_t now_ms) {
     __atomic_store_n(&r->unit_map[u], &region_free_unit_slab, __ATOMIC_RELAXED);
     r->freed_ms[u] = (uint32_t)now_ms;
     r->touched_pages[u] = (uint8_t)((t + ((size_t)1 << TOUCH_SHIFT) - 1) >> TOUCH_SHIFT);
-    /* In a huge page every page is resident, written or not: the unit stays dirty (and
-     * reads as zero past what it wrote), so that purging sees all of the range. */
-    if (t > 0 || (r->huge_ranges >> range_of_unit(u) & 1)) {
+    /* In a huge page (or an advised range, which may be one) every page is resident:
+     * the unit stays dirty (reading as zero past what it wrote), for the purge to see. */
+    if (t > 0 || ((r->huge_ranges | r->advised_ranges) >> range_of_unit(u) & 1)) {
       dirty++;
       if (first_dirty == units) first_dirty = u - first;
     } else {
@@ -319,6 +320,7 @@ size_t region_purge_due(uint64_t now_ms, long delay_ms, bool release_regions, ui
   region_t *r = regions;
   while (r != NULL) {
     region_t *next = r->next;
+    ranges_fold(r);
     /* An empty region that is not kept goes at once when its pages are due: munmap
      * frees them, a purge first would only walk them twice. */
     bool empty = region_is_empty(r);
@@ -357,6 +359,7 @@ size_t region_take_due(uint64_t now_ms, long delay_ms, region_run_t *runs, size_
   region_t *r = regions;
   while (r != NULL) {
     region_t *next = r->next;
+    ranges_fold(r);
     bool empty = region_is_empty(r);
     if (empty && r->pins == 0 && empty_regions > (size_t)opt.region_cache &&
         region_all_due(r, now_ms, delay_ms)) {
@@ -475,6 +478,7 @@ size_t region_grow_span(slab_t *s, size_t new_units) {
   r->free_units -= (uint32_t)(want_end - end);
   ranges_use(r, end, want_end - end, true);
   region_used_units += want_end - end;
+  if (HAK_UNLIKELY(r->fault_ranges != 0)) region_dirty_units += ranges_fault(r, end, want_end - end);
   s->units = (uint16_t)new_units;
   return new_units;
 }

@@ -91,6 +91,13 @@ typedef struct region {
    * purged in part since; left MADV_HUGEPAGE for khugepaged (a kernel without
    * MADV_COLLAPSE); advised ones purged since, to be advised MADV_NOHUGEPAGE again. */
   uint32_t huge_ranges, advised_ranges, unadvise_ranges;
+  /* Advised MADV_HUGEPAGE when the region was mapped for a big heap (thp.c), and not
+   * used since: the first span taken in one makes the whole range resident (a huge page
+   * at its first fault), and its free units are counted so then. */
+  uint32_t fault_ranges;
+  /* Ranges whose pages a slab or block purged past region.c (span_purge): a huge page
+   * there is broken, an advised range advised back; folded in by the next pass. */
+  uint32_t broken_ranges;
   uint32_t pins;                             /* the purge thread works on a range without region_lock */
   uint8_t range_used[RANGES_PER_REGION];     /* units in spans (the header's count) */
   uint8_t range_purges[RANGES_PER_REGION];   /* bumped whenever a range's units are purged */
@@ -254,6 +261,7 @@ void purge_note_huge(ptrdiff_t in_use);        /* a huge block's bytes in use ch
 size_t purge_huge_in_use(void);                /* the live huge blocks' pages that may be resident */
 size_t purge_pass_background(uint64_t now_ms); /* purge_pass without a syscall under the lock */
 bool purge_pass_due(uint64_t now_ms);          /* has it work now? caller holds region_lock */
+bool purge_scheduled(void);                    /* is free memory waiting for its purge delay? */
 bool purge_wait(uint64_t max_ms);              /* until the pass is due, or max_ms; the purge thread's;
                                    * true if purge_wake ended its nap */
 extern _Atomic bool purge_napping;             /* the purge thread sleeps long: wake it on activity */
@@ -296,6 +304,7 @@ void purge_note_span_freed(uint64_t freed_ms, uint64_t now_ms);
 /* The only way spans are taken and given back above region.c (caller holds
  * region_lock), so the budget sees every change. */
 slab_t *span_alloc(size_t units);
+void span_purge(void *p, size_t n); /* pages of a span given back by its user (slab, block) */
 void span_free(slab_t *s, uint64_t now_ms);
 /* The same, for a span whose blocks all came back at some time since freed_ms. */
 void span_free_since(slab_t *s, uint64_t freed_ms, uint64_t now_ms);

@@ -14,6 +14,11 @@ slab_t *span_alloc(size_t units) {
   return s;
 }
 
+void span_purge(void *p, size_t n) {
+  os_purge(p, n);
+  ranges_note_purged((uintptr_t)p, n);
+}
+
 void span_free(slab_t *s, uint64_t now_ms) { span_free_since(s, now_ms, now_ms); }
 
 void span_free_since(slab_t *s, uint64_t freed_ms, uint64_t now_ms) {

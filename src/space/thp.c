@@ -53,6 +53,7 @@
 size_t region_thp_candidates(uint32_t now_ms, bool collapse, region_range_t *out, size_t max) {
   size_t n = 0;
   for (region_t *r = regions; r != NULL && n < max; r = r->next) {
+    ranges_fold(r);
     for (size_t g = 0; g < RANGES_PER_REGION && n < max; g++) {
       uint32_t bit = (uint32_t)1 << g;
       bool unadvise = r->unadvise_ranges & bit;
@@ -91,7 +92,8 @@ size_t region_thp_fresh(region_range_t *out, size_t max) {
     for (size_t g = 1; g < RANGES_PER_REGION && n < max; g++) {
       uint32_t bit = (uint32_t)1 << g;
       size_t first = g * RANGE_UNITS;
-      if (r->range_used[g] != 0 || ((r->huge_ranges | r->advised_ranges | r->unadvise_ranges) & bit) ||
+      if (r->range_used[g] != 0 ||
+          ((r->huge_ranges | r->advised_ranges | r->unadvise_ranges | r->fault_ranges) & bit) ||
           first + RANGE_UNITS > r->mapped_units ||
           count_bits(r->free_bits, first, RANGE_UNITS) != RANGE_UNITS ||
           count_bits(r->dirty_bits, first, RANGE_UNITS) != 0 ||
@@ -104,6 +106,45 @@ size_t region_thp_fresh(region_range_t *out, size_t max) {
     }
   }
   return n;
+}
+
+/* Regions mapped before the heap was big: the ranges of theirs that no span has used
+ * yet (all free, none resident, never purged, so no page table under them) are advised
+ * too, as new regions are (region.c), off region_lock. Each region is pinned meanwhile. */
+typedef struct fault_advice {
+  region_t *region;
+  uint32_t ranges;
+} fault_advice_t;
+#define FAULT_ADVICE_MAX 16
+
+static size_t region_thp_fault_ahead(fault_advice_t *out) {
+  size_t n = 0;
+  for (region_t *r = regions; r != NULL && n < FAULT_ADVICE_MAX; r = r->next) {
+    uint32_t mask = 0, skip = r->huge_ranges | r->advised_ranges | r->unadvise_ranges | r->fault_ranges;
+    for (size_t g = 1; g < RANGES_PER_REGION && (g + 1) * RANGE_UNITS <= r->mapped_units; g++) {
+      size_t first = g * RANGE_UNITS;
+      if ((skip >> g & 1) || r->range_used[g] != 0 || r->range_purges[g] != 0 ||
+          count_bits(r->free_bits, first, RANGE_UNITS) != RANGE_UNITS ||
+          count_bits(r->dirty_bits, first, RANGE_UNITS) != 0)
+        continue;
+      mask |= (uint32_t)1 << g;
+    }
+    if (mask == 0) continue;
+    r->fault_ranges |= mask;
+    r->pins++;
+    out[n++] = (fault_advice_t){r, mask};
+  }
+  return n;
+}
+
+static void thp_advise_ahead(const fault_advice_t *a, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    for (uint32_t m = a[i].ranges; m != 0;) {
+      uint32_t g = (uint32_t)__builtin_ctz(m), len = (uint32_t)__builtin_ctz(~(m >> g));
+      os_set_huge_pages((char *)a[i].region + (size_t)g * HUGE_PAGE_SIZE, (size_t)len * HUGE_PAGE_SIZE, true);
+      m &= ~((len >= 32 ? ~(uint32_t)0 : ((uint32_t)1 << len) - 1) << g);
+    }
+  }
 }
 
 void region_thp_done(const region_range_t *c, region_thp_outcome_t outcome, uint32_t now_ms) {
@@ -225,10 +266,23 @@ size_t thp_pass(uint64_t now_ms) {
   region_range_t c[THP_FRESH_MAX + THP_BATCH];
   region_thp_outcome_t out[THP_FRESH_MAX + THP_BATCH];
   pthread_mutex_lock(&region_lock);
+  thp_fault_ahead =
+      allowed && !HAKMEM_SECURE && !limits_set() && region_used_units * UNIT_SIZE >= THP_GROW_MIN;
+  fault_advice_t ahead[FAULT_ADVICE_MAX];
+  size_t n_ahead = thp_fault_ahead ? region_thp_fault_ahead(ahead) : 0;
   size_t n = region_thp_fresh(c, fresh_wanted(allowed));
   n += region_thp_candidates((uint32_t)now_ms, allowed && region_thp_min_in_use(THP_MIN_IN_USE), c + n,
                              THP_BATCH);
   pthread_mutex_unlock(&region_lock);
+  if (n_ahead != 0) {
+    thp_advise_ahead(ahead, n_ahead);
+    pthread_mutex_lock(&region_lock);
+    for (size_t i = 0; i < n_ahead; i++) {
+      ahead[i].region->pins--;
+      region_release_if_spare(ahead[i].region);
+    }
+    pthread_mutex_unlock(&region_lock);
+  }
   size_t collapsed = 0;
   for (size_t i = 0; i < n; i++) {
     out[i] = thp_do(&c[i]);

@@ -133,6 +133,7 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_THP_BYTES: return relaxed_size(&g->thp_huge_bytes);
   case F_THP_COLLAPSED: return relaxed(&g->thp_collapsed);
   case F_THP_FRESH: return relaxed(&g->thp_fresh);
+  case F_THP_FAULTED: return relaxed(&g->thp_faulted);
   case F_THP_FAILED: return relaxed(&g->thp_failed);
   case F_THP_ADVISED: return relaxed(&g->thp_advised);
   case F_THP_WHOLE: return relaxed(&g->thp_returned_whole);

@@ -96,6 +96,9 @@ const ctl_entry_t ctl_table[] = {
     {{"thp.fresh", "ranges",
       "fresh 2 MiB ranges of a growing heap the purge thread made huge pages before their use",
       U, X, RO}, F_THP_FRESH, W_NONE},
+    {{"thp.faulted", "ranges",
+      "2 MiB ranges of a big heap advised MADV_HUGEPAGE before their first use and used since: each "
+      "faulted a huge page at its first write, where the kernel had one free", U, X, RO}, F_THP_FAULTED, W_NONE},
     {{"thp.collapse_failures", "ranges",
       "collapses the kernel refused: no huge page free, or no MADV_COLLAPSE",
       U, X, RO}, F_THP_FAILED, W_NONE},

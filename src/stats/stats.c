@@ -226,11 +226,14 @@ void stats_print(FILE *f) {
       (unsigned long long)purge_thread_count(PT_PASSES), (unsigned long long)purge_thread_count(PT_WOKEN),
       (unsigned long long)purge_thread_count(PT_TRIMS));
   out(f,
-      "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu collapse failures, "
+      "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu faulted huge, "
+      "%llu collapse failures, "
       "%llu left to khugepaged, %llu given back whole, %llu broken by purging; %llu of the collapsed in huge "
       "blocks\n",
       mib(atomic_load(&gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&gstats.thp_collapsed),
-      (unsigned long long)atomic_load(&gstats.thp_fresh), (unsigned long long)atomic_load(&gstats.thp_failed),
+      (unsigned long long)atomic_load(&gstats.thp_fresh),
+      (unsigned long long)atomic_load(&gstats.thp_faulted),
+      (unsigned long long)atomic_load(&gstats.thp_failed),
       (unsigned long long)atomic_load(&gstats.thp_advised),
       (unsigned long long)atomic_load(&gstats.thp_returned_whole),
       (unsigned long long)atomic_load(&gstats.thp_broken),
