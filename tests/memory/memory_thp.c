@@ -10,6 +10,10 @@
  *                         PR_SET_THP_DISABLE set by the program)
  *   memory_thp nocollapse HAKMEM_THP=test-no-collapse: collapses fail, the heap works
  *   memory_thp fork       a child writes a byte per page of the huge-page heap
+ *   memory_thp fault      a heap past 32 MiB grows by 64 MiB more: that growth is in huge
+ *                         pages as soon as it is written (ranges advised before use fault
+ *                         them: thp.faulted), RSS no more than the data and a few ranges;
+ *                         `fault-limit`, under a soft limit: no range advised
  *
  * The dense and idle modes need a kernel that can make huge pages at all: a probe
  * collapses a 2 MiB range of its own first, and the test is skipped (77) with a note
@@ -143,6 +147,39 @@ static int nocollapse(void) {
   return 0;
 }
 
+static char *grow_blocks[NBLOCKS];
+
+static int fault(bool limited) {
+  probe_or_skip();
+  fill();             /* 96 MiB: past the 32 MiB that turns the advice on */
+  usleep(400 * 1000); /* passes: the flag set, older regions' ranges advised */
+  size_t huge0 = anon_huge(), rss0 = tu_rss_bytes();
+  uint64_t faulted0 = stat_of("thp.faulted");
+  size_t n = (64u << 20) / BLOCK;
+  for (size_t i = 0; i < n; i++) {
+    grow_blocks[i] = malloc(BLOCK);
+    if (grow_blocks[i] == NULL) mt_fail("malloc failed at block %zu", i);
+    memset(grow_blocks[i], 0x5a, BLOCK);
+  }
+  size_t grown = anon_huge() - huge0, rss = tu_rss_bytes() - rss0;
+  uint64_t faulted = stat_of("thp.faulted") - faulted0;
+  print_thp(limited ? "grown under a soft limit:" : "grown by 64 MiB:");
+  printf("%-28s AnonHugePages +%.1f MiB, RSS +%.1f MiB, %llu ranges faulted huge\n", "", mt_mib(grown),
+         mt_mib(rss), (unsigned long long)faulted);
+  if (limited) {
+    if (faulted != 0) mt_fail("%llu ranges advised under a soft limit", (unsigned long long)faulted);
+  } else {
+    if (faulted < 24) mt_fail("only %llu ranges of the 64 MiB faulted huge", (unsigned long long)faulted);
+    if (grown < (48u << 20)) mt_fail("only %.1f MiB of the 64 MiB in huge pages", mt_mib(grown));
+    /* 64 MiB of 64 B blocks with their slabs' gaps, and at most a few ranges ahead */
+    if (rss > (76u << 20)) mt_fail("RSS grew by %.1f MiB for 64 MiB of blocks", mt_mib(rss));
+  }
+  for (size_t i = 0; i < n; i++)
+    if (grow_blocks[i][0] != 0x5a || grow_blocks[i][BLOCK - 1] != 0x5a) mt_fail("block %zu changed", i);
+  verify("after the growth");
+  return 0;
+}
+
 static int fork_child(void) {
   probe_or_skip();
   fill();
@@ -179,5 +216,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "off-prctl") == 0) return off(true);
   if (strcmp(mode, "nocollapse") == 0) return nocollapse();
   if (strcmp(mode, "fork") == 0) return fork_child();
+  if (strcmp(mode, "fault") == 0) return fault(false);
+  if (strcmp(mode, "fault-limit") == 0) return fault(true);
   mt_fail("unknown mode %s", mode);
 }
