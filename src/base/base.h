@@ -448,6 +448,7 @@ typedef struct global_stats {
   _Atomic uint64_t thp_collapsed, thp_fresh, thp_faulted, thp_failed, thp_advised, thp_returned_whole,
       thp_broken;
   _Atomic uint64_t thp_block_collapsed; /* of thp_collapsed: huge blocks' ranges (space/thp_blocks.c) */
+  _Atomic uint64_t thp_block_faulted;   /* huge blocks' ranges advised at malloc (space/thp_blocks.c) */
 } global_stats_t;
 extern global_stats_t gstats;
 extern uintptr_t process_cookie; /* random per process (init.c) */

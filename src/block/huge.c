@@ -119,6 +119,9 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
     }
     huge_guard(base, map_size, guard, true);
   }
+  /* Before the header's write faults the first page in: a fresh malloc'd block of a big
+   * heap faults huge pages (thp_blocks.c); any other waits for its dense ranges. */
+  thp_block_note(base, user + n, fresh && !zero ? THP_BLOCK_IF_BIG : THP_BLOCK_LATER);
   huge_header_t *h = huge_header_of(user);
   h->magic = HUGE_MAGIC;
   h->user = user;
@@ -130,7 +133,6 @@ void *huge_alloc(size_t n, size_t align, bool zero) {
   pthread_mutex_lock(&region_lock);
   purge_note_huge((ptrdiff_t)huge_resident(h));
   pthread_mutex_unlock(&region_lock);
-  thp_block_note(base, user + n); /* its dense ranges: huge pages, later */
   atomic_fetch_add_explicit(&gstats.huge_mapped, map_size, memory_order_relaxed);
   limit_settle(held);
   atomic_fetch_add_explicit(&gstats.huge_allocs, 1, memory_order_relaxed);
@@ -262,10 +264,10 @@ static void *huge_remap_pages(void *p, size_t n);
 /* The same, with no collapse in flight on the block meanwhile (thp_blocks.c). */
 static void *huge_remap(void *p, size_t n) {
   huge_header_t *h = huge_checked(p, "realloc");
-  thp_block_forget(h->base);
+  bool faulted = thp_block_forget(h->base);
   void *q = huge_remap_pages(p, n);
   const huge_header_t *now = q != NULL ? huge_header_of((uintptr_t)q) : h;
-  thp_block_note(now->base, now->user + now->size);
+  thp_block_note(now->base, now->user + now->size, faulted ? THP_BLOCK_AGAIN : THP_BLOCK_LATER);
   return q;
 }
 

@@ -280,9 +280,13 @@ uintptr_t purge_take_huge(size_t map_size, size_t offset, size_t align);
 /* Collapses dense ranges, and huge blocks' dense ranges; returns how many. */
 size_t thp_pass(uint64_t now_ms);
 /* ---- thp_blocks.c: huge blocks' dense ranges made huge pages (under region_lock) -- */
-void thp_block_note(uintptr_t base, uintptr_t end); /* a live huge block's mapping, to its end */
-void thp_block_forget(uintptr_t base);              /* before it is unmapped or resized; may wait */
-size_t thp_blocks_pass(void);                       /* the purge thread's; returns the collapses */
+/* How a live huge block gets huge pages: its dense ranges collapsed later; faulted huge
+ * from its first write if the heap is big (a malloc'd block, before its first byte is
+ * written); or faulted huge again (a resized block that was). */
+typedef enum { THP_BLOCK_LATER, THP_BLOCK_IF_BIG, THP_BLOCK_AGAIN } thp_block_how_t;
+void thp_block_note(uintptr_t base, uintptr_t end, thp_block_how_t how); /* its mapping, to its end */
+bool thp_block_forget(uintptr_t base); /* before unmap or resize; may wait; true: it faults huge */
+size_t thp_blocks_pass(void);          /* the purge thread's; returns the collapses */
 void thp_blocks_atfork_child(void);
 #define THP_MIN_IN_USE ((size_t)16 << 20) /* in spans, before any range is collapsed */
 /* Has thp_pass anything to do? Asked inline, so that thp.c, cold code, runs only in a

@@ -9,6 +9,12 @@
  * resident, or 7/8 of them at two looks in a row. A collapse makes at most 1/8 more of
  * the range resident; a range the program never wrote stays as it is.
  *
+ * A collapse copies 2 MiB, though, and on a VM costs 1-16 ms (huge-pages.md). So in a big
+ * heap (thp_fault_ahead, as for the regions' new ranges: range_thp.c) a block from
+ * malloc, written from its start by the program that asked for it, is advised
+ * MADV_HUGEPAGE before its first byte is written and faults huge pages instead. A
+ * calloc'd block is not advised: a table used sparsely is calloc's case.
+ *
  * The table is under region_lock. The purge thread pins the blocks it looks at (pins,
  * under the lock) and collapses without the lock; freeing or resizing a block forgets
  * it first (thp_block_forget), and waits, on thp_block_cond, only while a pass has it
@@ -28,6 +34,7 @@
 
 typedef struct thp_block {
   uintptr_t base;                        /* the mapping (0: a free slot); its ranges start here */
+  bool faults_huge;                      /* advised MADV_HUGEPAGE: nothing to collapse */
   uint32_t ranges;                       /* whole ranges inside the block's bytes */
   uint32_t pins;                         /* passes looking at it now */
   uint32_t next;                         /* the range the next look starts at */
@@ -46,22 +53,33 @@ static void bit_put(uint64_t *w, size_t i, bool on) {
   else w[i / 64] &= ~((uint64_t)1 << (i % 64));
 }
 
-void thp_block_note(uintptr_t base, uintptr_t end) {
+void thp_block_note(uintptr_t base, uintptr_t end, thp_block_how_t how) {
   if (!opt.thp || end < base + HUGE_PAGE_SIZE) return;
+  size_t ranges = (end - base) / HUGE_PAGE_SIZE;
   pthread_mutex_lock(&region_lock);
+  bool faults_huge = how == THP_BLOCK_AGAIN || (how == THP_BLOCK_IF_BIG && thp_fault_ahead);
   for (size_t i = 0; i < THP_BLOCK_SLOTS; i++) {
     if (blocks[i].base != 0) continue;
-    size_t ranges = (end - base) / HUGE_PAGE_SIZE;
     blocks[i] = (thp_block_t){.base = base,
+                              .faults_huge = faults_huge,
                               .ranges = (uint32_t)(ranges < THP_BLOCK_RANGES ? ranges : THP_BLOCK_RANGES)};
     blocks_live++;
     break;
   }
   pthread_mutex_unlock(&region_lock);
+  /* Past the table's slots it is advised all the same: forget finds no entry, and its
+   * resize advises no new range. The whole mapping (whole chunks, huge.c), so that it
+   * stays one mapping for mremap: its last range faults huge only if the block's end
+   * leaves it whole (no guard page there) and the program writes it. */
+  if (!faults_huge) return;
+  os_set_huge_pages((void *)base, align_up(end - base, REGION_SIZE), true);
+  if (how == THP_BLOCK_IF_BIG)
+    atomic_fetch_add_explicit(&gstats.thp_block_faulted, ranges, memory_order_relaxed);
 }
 
-void thp_block_forget(uintptr_t base) {
-  if (!opt.thp) return;
+bool thp_block_forget(uintptr_t base) {
+  if (!opt.thp) return false;
+  bool faults_huge = false;
   pthread_mutex_lock(&region_lock);
   for (size_t i = 0; blocks_live != 0 && i < THP_BLOCK_SLOTS; i++) {
     thp_block_t *b = &blocks[i];
@@ -69,11 +87,13 @@ void thp_block_forget(uintptr_t base) {
     while (b->pins != 0) pthread_cond_wait(&thp_block_cond, &region_lock); /* a collapse in flight */
     /* Its huge pages go with the mapping now (munmap, mremap or a kept mapping). */
     atomic_fetch_sub_explicit(&gstats.thp_huge_bytes, (size_t)b->huge * HUGE_PAGE_SIZE, memory_order_relaxed);
+    faults_huge = b->faults_huge;
     b->base = 0;
     blocks_live--;
     break;
   }
   pthread_mutex_unlock(&region_lock);
+  return faults_huge;
 }
 
 /* One pinned block: its next ranges looked at, the dense ones collapsed. */
@@ -117,7 +137,7 @@ size_t thp_blocks_pass(void) {
   size_t n = 0, collapsed = 0, looks = THP_BLOCK_LOOKS, batch = THP_BLOCK_BATCH;
   pthread_mutex_lock(&region_lock);
   for (size_t i = 0; blocks_live != 0 && i < THP_BLOCK_SLOTS; i++)
-    if (blocks[i].base != 0 && blocks[i].huge < blocks[i].ranges) {
+    if (blocks[i].base != 0 && !blocks[i].faults_huge && blocks[i].huge < blocks[i].ranges) {
       blocks[i].pins++;
       mine[n++] = &blocks[i];
     }

@@ -140,6 +140,7 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_THP_BROKEN: return relaxed(&g->thp_broken);
   case F_PURGE_THREAD_TRIMS: return purge_thread_count(PT_TRIMS);
   case F_THP_BLOCKS: return relaxed(&g->thp_block_collapsed);
+  case F_THP_BLOCKS_FAULTED: return relaxed(&g->thp_block_faulted);
   case F_THREADS_ALIVE: {
     uint64_t exited = relaxed(&g->threads_exited), started = relaxed(&g->threads_started);
     return started > exited ? started - exited : 0;

@@ -114,6 +114,9 @@ const ctl_entry_t ctl_table[] = {
     {{"thp.blocks_collapsed", "ranges",
       "of thp.collapsed, 2 MiB ranges of huge blocks (over 32 MiB) written densely",
       U, X, RO}, F_THP_BLOCKS, W_NONE},
+    {{"thp.blocks_faulted", "ranges",
+      "2 MiB ranges of huge blocks malloc'd (not calloc'd) in a big heap, advised MADV_HUGEPAGE at "
+      "once: each faults a huge page at its first write", U, X, RO}, F_THP_BLOCKS_FAULTED, W_NONE},
     {{"threads.alive", "threads",
       "threads that got a heap and have not exited", U, X, RO}, F_THREADS_ALIVE, W_NONE},
     {{"threads.exited", "threads",

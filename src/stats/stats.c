@@ -229,7 +229,7 @@ void stats_print(FILE *f) {
       "  huge pages: %.2f MiB, %llu ranges collapsed, %llu fresh ranges made huge, %llu faulted huge, "
       "%llu collapse failures, "
       "%llu left to khugepaged, %llu given back whole, %llu broken by purging; %llu of the collapsed in huge "
-      "blocks\n",
+      "blocks, %llu of huge blocks faulted huge\n",
       mib(atomic_load(&gstats.thp_huge_bytes)), (unsigned long long)atomic_load(&gstats.thp_collapsed),
       (unsigned long long)atomic_load(&gstats.thp_fresh),
       (unsigned long long)atomic_load(&gstats.thp_faulted),
@@ -237,7 +237,8 @@ void stats_print(FILE *f) {
       (unsigned long long)atomic_load(&gstats.thp_advised),
       (unsigned long long)atomic_load(&gstats.thp_returned_whole),
       (unsigned long long)atomic_load(&gstats.thp_broken),
-      (unsigned long long)atomic_load(&gstats.thp_block_collapsed));
+      (unsigned long long)atomic_load(&gstats.thp_block_collapsed),
+      (unsigned long long)atomic_load(&gstats.thp_block_faulted));
   out(f,
       "  threads: %llu alive, %llu exited; %llu heaps created, %llu taken over from exited threads (%llu by "
       "a thread that had freed their blocks; %llu waits for one to be parked, %llu in vain), %llu dissolved; "

@@ -10,6 +10,11 @@
  *   memory_thp_blocks race    300 huge blocks of 34-100 MiB, a word per page written,
  *                             freed or realloc'd at once or up to 20 ms later, while
  *                             the purge thread collapses their ranges
+ *   memory_thp_blocks big     in a heap past 32 MiB: a malloc'd 96 MiB block is in huge
+ *                             pages as soon as it is written, with no collapse
+ *                             (thp.blocks_faulted), kept through realloc to 160 MiB and
+ *                             back to 64; a calloc'd 512 MiB one written sparsely gets
+ *                             no huge page, RSS up by at most the pages written + 8 MiB
  *
  * Skipped (77) where THP is `never` or a probe collapse gets no huge page. */
 #define _GNU_SOURCE
@@ -119,11 +124,69 @@ static int race(void) {
   return 0;
 }
 
+static int big(void) {
+  probe_or_skip();
+  enum { SMALL = 64 };
+  size_t count = ((size_t)48 << 20) / SMALL; /* 48 MiB of small blocks: a big heap */
+  char **small = malloc(count * sizeof *small);
+  if (small == NULL) mt_fail("malloc of the pointer table failed");
+  for (size_t i = 0; i < count; i++)
+    if ((small[i] = malloc(SMALL)) == NULL) mt_fail("malloc(%d) failed at block %zu", SMALL, i);
+    else memset(small[i], (int)(i & 0x7f), SMALL);
+  usleep(400 * 1000); /* purge-thread passes: the heap is known to be big */
+  size_t n = (size_t)96 << 20, huge0 = anon_huge();
+  uint64_t collapsed0 = stat_of("thp.blocks_collapsed"), faulted0 = stat_of("thp.blocks_faulted");
+  unsigned char *p = malloc(n);
+  if (p == NULL) mt_fail("malloc(96 MiB) failed");
+  write_pattern(p, n, 7, 8);
+  size_t grown = anon_huge() - huge0;
+  uint64_t faulted = stat_of("thp.blocks_faulted") - faulted0;
+  print_thp("96 MiB block written:");
+  printf("%-24s AnonHugePages +%.1f MiB at once, %llu ranges faulted huge\n", "", mt_mib(grown),
+         (unsigned long long)faulted);
+  if (faulted < 47) mt_fail("only %llu of the block's 48 ranges advised", (unsigned long long)faulted);
+  if (grown < n * 8 / 10) mt_fail("only %.1f MiB of the written 96 MiB in huge pages", mt_mib(grown));
+  unsigned char *q = realloc(p, (size_t)160 << 20);
+  if (q == NULL) mt_fail("realloc to 160 MiB failed");
+  check_pattern(q, n, 7, 8, "after realloc to 160 MiB");
+  write_pattern(q + n, (size_t)64 << 20, 8, 8);
+  check_pattern(q + n, (size_t)64 << 20, 8, 8, "the grown part");
+  p = realloc(q, (size_t)64 << 20);
+  if (p == NULL) mt_fail("realloc to 64 MiB failed");
+  check_pattern(p, (size_t)64 << 20, 7, 8, "after realloc to 64 MiB");
+  usleep(400 * 1000);
+  if (stat_of("thp.blocks_collapsed") != collapsed0) mt_fail("a block that faulted huge pages was collapsed");
+  free(p);
+
+  size_t m = (size_t)512 << 20, step = 256 * KiB, rss0 = tu_rss_bytes();
+  huge0 = anon_huge();
+  unsigned char *c = calloc(1, m);
+  if (c == NULL) mt_fail("calloc(512 MiB) failed");
+  for (size_t i = 0; i < m; i += step) c[i] = 1;
+  usleep(1000 * 1000);
+  size_t rss = tu_rss_bytes() - rss0;
+  print_thp("sparse calloc'd block:");
+  mt_require_at_most("RSS growth of a sparse calloc'd 512 MiB block", rss, m / step * 4 * KiB + 8 * MiB);
+  if (anon_huge() > huge0)
+    mt_fail("a sparse calloc'd block got %.1f MiB of huge pages", mt_mib(anon_huge() - huge0));
+  for (size_t i = 0; i < m; i += step)
+    if (c[i] != 1 || c[i + 1] != 0) mt_fail("byte %zu of the sparse block changed", i);
+  free(c);
+  for (size_t i = 0; i < count; i++)
+    if (small[i][0] != (char)(i & 0x7f) || small[i][SMALL - 1] != (char)(i & 0x7f))
+      mt_fail("small block %zu changed", i);
+  for (size_t i = 0; i < count; i++) free(small[i]);
+  free(small);
+  printf("huge blocks of a big heap: ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   thp_test_start();
   const char *mode = argc > 1 ? argv[1] : "dense";
   if (strcmp(mode, "dense") == 0) return dense();
   if (strcmp(mode, "sparse") == 0) return sparse();
   if (strcmp(mode, "race") == 0) return race();
+  if (strcmp(mode, "big") == 0) return big();
   mt_fail("unknown mode %s", mode);
 }
