@@ -36,6 +36,7 @@ SOURCES = {
     "exec_rusage": "exec_rusage.c",  # not a workload: runs the real programs (programs.py)
     "malloc_tail": "malloc_tail.c",  # not a row: the slowest mallocs, for docs/huge-pages.md
     "fork_touch": "fork_touch.c",  # not a row: fork of a big heap, for docs/huge-pages.md
+    "first_touch": "first_touch.c",  # not a row: first-touch cost of huge pages, huge-pages.md
 }
 
 

@@ -353,6 +353,7 @@ typedef struct options {
   long region_cache;       /* HAKMEM_REGION_CACHE: empty regions kept mapped */
   bool thp;                /* HAKMEM_THP: dense 2 MiB ranges become huge pages (space/thp.c) */
   bool thp_no_collapse;    /* tests: MADV_COLLAPSE fails with EINVAL */
+  bool thp_collapse_only;  /* HAKMEM_THP=collapse: nothing faults huge; collapses only */
   bool stats;              /* HAKMEM_STATS: print a report at exit */
   bool background;         /* HAKMEM_BACKGROUND: a purge thread may run (purge_thread.c) */
   bool background_fails;   /* tests: creating it fails */

@@ -51,6 +51,7 @@ typedef struct option {
 } option_t;
 
 #define SWITCH_VALUES "1/0, true/false, yes/no or on/off"
+#define THP_VALUES "1/0, true/false, yes/no, on/off or collapse"
 #define LIMIT_VALUES "0 (none) or 1M .. 2^50 bytes, with K, M, G or T for 2^10, 2^20, 2^30, 2^40"
 /* HAKMEM_FAULT is os.c's (injected failures, Debug builds): known here, so that it is not
  * reported as a misspelling, and reported as ignored in a release build. */
@@ -58,7 +59,7 @@ static const char *fault_option;
 static const option_t options[] = {
     {"HAKMEM_PURGE_DELAY_MS", "-1 or 0 .. 2^31-1", K_NUMBER, true, 0, INT32_MAX, &opt.purge_delay_ms},
     {"HAKMEM_REGION_CACHE", "0 .. 2^20", K_NUMBER, false, 0, 1L << 20, &opt.region_cache},
-    {"HAKMEM_THP", SWITCH_VALUES, K_THP, false, 0, 0, &opt.thp},
+    {"HAKMEM_THP", THP_VALUES, K_THP, false, 0, 0, &opt.thp},
     {"HAKMEM_STATS", "1/0, true/false, yes/no, on/off or json", K_STATS, false, 0, 0, &opt.stats},
     {"HAKMEM_STATS_FILE", "a file name, %p for the pid", K_TEXT, false, 0, 0, &opt.stats_file},
     {"HAKMEM_BACKGROUND", SWITCH_VALUES, K_BACKGROUND, false, 0, 0, &opt.background},
@@ -142,6 +143,8 @@ static bool read_option(const option_t *o) {
     case K_THP: /* `test-no-collapse`: for the tests only, on, MADV_COLLAPSE failing with
                  * EINVAL as on a kernel without it (read by the purge thread only) */
       if (strcmp(v, "test-no-collapse") == 0) opt.thp = opt.thp_no_collapse = true;
+      /* `collapse`: no fault in malloc waits for a huge page (space/thp.c) */
+      else if (strcasecmp(v, "collapse") == 0) opt.thp = opt.thp_collapse_only = true;
       else ok = parse_switch(v, o->to);
       break;
     case K_TEXT: *(const char **)o->to = v; break;

@@ -266,8 +266,10 @@ size_t thp_pass(uint64_t now_ms) {
   region_range_t c[THP_FRESH_MAX + THP_BATCH];
   region_thp_outcome_t out[THP_FRESH_MAX + THP_BATCH];
   pthread_mutex_lock(&region_lock);
-  thp_fault_ahead =
-      allowed && !HAKMEM_SECURE && !limits_set() && region_used_units * UNIT_SIZE >= THP_GROW_MIN;
+  /* HAKMEM_THP=collapse: a huge fault costs the malloc that takes it the zeroing of 2 MiB,
+   * and on a VM the host's backing of it (huge-pages.md, "Costs"); collapses do not. */
+  thp_fault_ahead = allowed && !HAKMEM_SECURE && !opt.thp_collapse_only && !limits_set() &&
+                    region_used_units * UNIT_SIZE >= THP_GROW_MIN;
   fault_advice_t ahead[FAULT_ADVICE_MAX];
   size_t n_ahead = thp_fault_ahead ? region_thp_fault_ahead(ahead) : 0;
   size_t n = region_thp_fresh(c, fresh_wanted(allowed));

@@ -157,7 +157,7 @@ static uint64_t value_of(const ctl_entry_t *e, uint32_t cls, const stats_walk_t 
   case F_SLAB_MAP: return __atomic_load_n(&slab_map_units, __ATOMIC_ACQUIRE) != 0;
   case F_OPT_PURGE_DELAY: return (uint64_t)(int64_t)__atomic_load_n(&opt.purge_delay_ms, __ATOMIC_RELAXED);
   case F_OPT_REGION_CACHE: return (uint64_t)__atomic_load_n(&opt.region_cache, __ATOMIC_RELAXED);
-  case F_OPT_THP: return opt.thp;
+  case F_OPT_THP: return opt.thp + opt.thp_collapse_only;
   case F_OPT_BACKGROUND: return opt.background;
   case F_OPT_STATS:
     return __atomic_load_n(&opt.stats_json, __ATOMIC_RELAXED) ? 2

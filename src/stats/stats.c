@@ -262,11 +262,14 @@ void stats_print(FILE *f) {
         "limit, ulimit -v)\n",
         (unsigned long long)short_maps);
   out(f,
-      "  options: purge_delay_ms=%ld region_cache=%ld thp=%d stats=%s background=%d prof=%d "
+      "  options: purge_delay_ms=%ld region_cache=%ld thp=%s stats=%s background=%d prof=%d "
       "prof_rate=%ld prof_peak_step=%ld prof_leaks=%d prof_prefix=%s stats_file=%s limit_soft=%ld "
       "limit_hard=%ld limit_from_cgroup=%d\n",
       __atomic_load_n(&opt.purge_delay_ms, __ATOMIC_RELAXED),
-      __atomic_load_n(&opt.region_cache, __ATOMIC_RELAXED), (int)opt.thp,
+      __atomic_load_n(&opt.region_cache, __ATOMIC_RELAXED),
+      opt.thp_collapse_only ? "collapse"
+      : opt.thp             ? "1"
+                            : "0",
       __atomic_load_n(&opt.stats_json, __ATOMIC_RELAXED) ? "json"
       : __atomic_load_n(&opt.stats, __ATOMIC_RELAXED)    ? "1"
                                                          : "0",

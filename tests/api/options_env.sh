@@ -27,6 +27,10 @@ run HAKMEM_PURGE_DELAY_MS=0 HAKMEM_REGION_CACHE=5 HAKMEM_THP=on
 expect "options: purge_delay_ms=0 region_cache=5 thp=1" "good values"
 expect_not "hakmem: ignoring" "good values"
 
+run HAKMEM_THP=Collapse
+expect "options: purge_delay_ms=100 region_cache=2 thp=collapse" "collapses only"
+expect_not "hakmem: ignoring" "collapses only"
+
 run HAKMEM_PURGE_DELAY_MS=-1 HAKMEM_THP=No
 expect "options: purge_delay_ms=-1 region_cache=2 thp=0" "-1 means never"
 expect_not "hakmem: ignoring" "negative delay"

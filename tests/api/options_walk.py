@@ -130,6 +130,8 @@ def walk(tmp, o, defaults):
             expect_taken(tmp, o, v, "0")
         if kind == "K_STATS":
             expect_taken(tmp, o, "json", "json")
+        if kind == "K_THP":
+            expect_taken(tmp, o, "collapse", "collapse")
         for v in ["maybe", "2", ""]:
             expect_refused(tmp, o, v, defaults)
     elif kind == "K_TEXT":

@@ -13,7 +13,8 @@
  *   memory_thp fault      a heap past 32 MiB grows by 64 MiB more: that growth is in huge
  *                         pages as soon as it is written (ranges advised before use fault
  *                         them: thp.faulted), RSS no more than the data and a few ranges;
- *                         `fault-limit`, under a soft limit: no range advised
+ *                         `fault-limit`, under a soft limit, and `fault-collapse`, with
+ *                         HAKMEM_THP=collapse: no range advised
  *
  * The dense and idle modes need a kernel that can make huge pages at all: a probe
  * collapses a 2 MiB range of its own first, and the test is skipped (77) with a note
@@ -149,7 +150,8 @@ static int nocollapse(void) {
 
 static char *grow_blocks[NBLOCKS];
 
-static int fault(bool limited) {
+/* `none`: the label of a run where no range may fault huge (a limit, HAKMEM_THP=collapse). */
+static int fault(const char *none) {
   probe_or_skip();
   fill();             /* 96 MiB: past the 32 MiB that turns the advice on */
   usleep(400 * 1000); /* passes: the flag set, older regions' ranges advised */
@@ -163,11 +165,11 @@ static int fault(bool limited) {
   }
   size_t grown = anon_huge() - huge0, rss = tu_rss_bytes() - rss0;
   uint64_t faulted = stat_of("thp.faulted") - faulted0;
-  print_thp(limited ? "grown under a soft limit:" : "grown by 64 MiB:");
+  print_thp(none != NULL ? none : "grown by 64 MiB:");
   printf("%-28s AnonHugePages +%.1f MiB, RSS +%.1f MiB, %llu ranges faulted huge\n", "", mt_mib(grown),
          mt_mib(rss), (unsigned long long)faulted);
-  if (limited) {
-    if (faulted != 0) mt_fail("%llu ranges advised under a soft limit", (unsigned long long)faulted);
+  if (none != NULL) {
+    if (faulted != 0) mt_fail("%s %llu ranges advised", none, (unsigned long long)faulted);
   } else {
     if (faulted < 24) mt_fail("only %llu ranges of the 64 MiB faulted huge", (unsigned long long)faulted);
     if (grown < (48u << 20)) mt_fail("only %.1f MiB of the 64 MiB in huge pages", mt_mib(grown));
@@ -216,7 +218,8 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "off-prctl") == 0) return off(true);
   if (strcmp(mode, "nocollapse") == 0) return nocollapse();
   if (strcmp(mode, "fork") == 0) return fork_child();
-  if (strcmp(mode, "fault") == 0) return fault(false);
-  if (strcmp(mode, "fault-limit") == 0) return fault(true);
+  if (strcmp(mode, "fault") == 0) return fault(NULL);
+  if (strcmp(mode, "fault-limit") == 0) return fault("grown under a soft limit:");
+  if (strcmp(mode, "fault-collapse") == 0) return fault("grown, HAKMEM_THP=collapse:");
   mt_fail("unknown mode %s", mode);
 }
