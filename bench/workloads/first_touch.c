@@ -19,12 +19,6 @@
 
 #define HUGE_2M ((size_t)2 << 20)
 
-static double wall_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static double sys_now(void) {
   struct rusage r;
   getrusage(RUSAGE_SELF, &r);
@@ -32,28 +26,28 @@ static double sys_now(void) {
 }
 
 /* One round: a fresh mapping, aligned to 2 MiB so that every range can be a huge page. */
-static int touch(size_t bytes, int huge) {
+static void touch(size_t bytes, int huge) {
   char *map = mmap(NULL, bytes + HUGE_2M, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (map == MAP_FAILED) return 1;
+  if (map == MAP_FAILED) bench_fail("mmap of %zu MiB failed (errno %d)", bytes >> 20, errno);
   char *p = (char *)(((uintptr_t)map + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
   if (madvise(p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) != 0) perror("madvise");
-  double w0 = wall_now(), s0 = sys_now();
+  double w0 = bench_now(), s0 = sys_now();
   for (size_t i = 0; i < bytes; i += 4096) p[i] = 1;
-  double w1 = wall_now(), s1 = sys_now();
+  double w1 = bench_now(), s1 = sys_now();
   printf("%-5s pages: first touch of %zu MiB %.3f s wall, %.3f s system\n", huge ? "huge" : "small",
          bytes >> 20, w1 - w0, s1 - s0);
   munmap(map, bytes + HUGE_2M);
-  return 0;
 }
 
 int main(int argc, char **argv) {
-  size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 512;
-  int rounds = argc > 2 ? atoi(argv[2]) : 3;
-  if (mib == 0 || rounds <= 0) {
-    fprintf(stderr, "usage: bench_first_touch [mib=512] [rounds=3]\n");
-    return 2;
+  bench_init("first_touch", "bench_first_touch [mib=512] [rounds=3]");
+  bench_arg_count(argc, 2);
+  size_t mib = bench_arg_u64(argc, argv, 1, 512);
+  uint64_t rounds = bench_arg_u64(argc, argv, 2, 3);
+  if (mib == 0 || rounds == 0) bench_usage("mib and rounds must be at least 1");
+  for (uint64_t r = 0; r < rounds; r++) {
+    touch(mib << 20, 1);
+    touch(mib << 20, 0);
   }
-  for (int r = 0; r < rounds; r++)
-    if (touch(mib << 20, 1) != 0 || touch(mib << 20, 0) != 0) return 1;
   return 0;
 }
